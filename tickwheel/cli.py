@@ -1,0 +1,55 @@
+"""The ``tickwheel`` console entry point.
+
+Each service or tool owns a module exposing ``register(subparsers)``, which adds its
+subcommand and sets ``func`` on the parser to a callable taking the parsed namespace and
+returning the process exit code. Exit codes: 0 success, 1 operational failure (the
+message says what), 2 bad input (argparse's convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+# Modules that register subcommands; imported lazily so `tickwheel --help` stays fast.
+_COMMAND_MODULES = (
+    "tickwheel.localbroker",
+    "tickwheel.topics",
+    "tickwheel.streams.preview",
+)
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr with an exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tickwheel", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        module = importlib.import_module(name)
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except CliError as exc:
+        print(f"tickwheel {args.command}: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Timer entries of the timing wheel, derived from job state.
+
+A timer is identified by its byte key, which sorts by due time::
+
+    key = be64(due_ms) | job_id (UTF-8) | 0x00 | kind (1 ASCII byte) | run_id (UTF-8, may be empty)
+
+``be64`` is the unsigned big-endian 8-byte encoding of the due time in epoch milliseconds,
+so lexicographic key order is time order. ``job_id`` never contains NUL (validated at the
+edge). ``run_id`` is empty for FIRE timers, which belong to the job, and set for the
+per-run kinds.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import StrEnum
+
+_BE64 = struct.Struct(">Q")
+
+
+class TimerKind(StrEnum):
+    FIRE = "f"  # the job's next scheduled occurrence
+    RETRY = "r"  # a failed run's next attempt
+    LEASE = "l"  # a run's lease (or start deadline) expires
+    TIMEOUT = "t"  # a running attempt's execution timeout
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Timer:
+    due_ms: int
+    job_id: str
+    kind: TimerKind
+    run_id: str = ""
+
+    def key(self) -> bytes:
+        """The RocksDB key of this timer; sorts by ``due_ms`` first."""
+        return b"".join(
+            (
+                _BE64.pack(self.due_ms),
+                self.job_id.encode(),
+                b"\x00",
+                self.kind.value.encode(),
+                self.run_id.encode(),
+            )
+        )
+
+    @classmethod
+    def from_key(cls, key: bytes) -> Timer:
+        """Invert :meth:`key`."""
+        (due_ms,) = _BE64.unpack_from(key)
+        job_id, _, rest = key[8:].partition(b"\x00")
+        return cls(due_ms, job_id.decode(), TimerKind(chr(rest[0])), rest[1:].decode())
+
+
+def due_prefix(due_ms: int) -> bytes:
+    """The smallest key with this due time: seek here to scan everything due from then on."""
+    return _BE64.pack(due_ms)
