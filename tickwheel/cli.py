@@ -18,6 +18,7 @@ _COMMAND_MODULES = (
     "tickwheel.localbroker",
     "tickwheel.topics",
     "tickwheel.streams.preview",
+    "tickwheel.streams.runtime",
 )
 
 

@@ -177,8 +177,14 @@ class LocalBroker:
         if self.cfg.libs_dir.exists():
             shutil.rmtree(self.cfg.libs_dir)
         argv = [
-            mvn, "-q", "-B", "-f", str(self.cfg.pom), "dependency:copy-dependencies",
-            "-DincludeScope=runtime", f"-DoutputDirectory={self.cfg.libs_dir}",
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(self.cfg.pom),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={self.cfg.libs_dir}",
         ]
         done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900)
         if done.returncode != 0 or not any(self.cfg.libs_dir.glob("kafka_2.13-*.jar")):
@@ -255,8 +261,16 @@ class LocalBroker:
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         argv = [
-            java, *self._jvm_flags(heap="256m"), "-cp", f"{libs}/*", _STORAGE_TOOL, "format",
-            "-t", cluster_id, "-c", str(self.cfg.root / "server.properties"),
+            java,
+            *self._jvm_flags(heap="256m"),
+            "-cp",
+            f"{libs}/*",
+            _STORAGE_TOOL,
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(self.cfg.root / "server.properties"),
         ]
         done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
         if done.returncode != 0:
@@ -264,7 +278,10 @@ class LocalBroker:
 
     def _jvm_flags(self, heap: str) -> list[str]:
         return [
-            f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            f"-Xmx{heap}",
+            f"-Xms{heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.cfg.root / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.cfg.root / 'logs'}",
@@ -272,14 +289,20 @@ class LocalBroker:
 
     def _launch(self, java: str, libs: Path) -> None:
         argv = [
-            java, *self._jvm_flags(self.cfg.heap), "-cp", f"{libs}/*", _MAIN_CLASS,
+            java,
+            *self._jvm_flags(self.cfg.heap),
+            "-cp",
+            f"{libs}/*",
+            _MAIN_CLASS,
             str(self.cfg.root / "server.properties"),
         ]
         # posix_spawn rather than Popen: the broker outlives this process, and a Popen
         # object for a child nobody waits on only produces ResourceWarnings.
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         pid = os.posix_spawn(
-            java, argv, dict(os.environ),
+            java,
+            argv,
+            dict(os.environ),
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, str(self.cfg.out_path), flags, 0o644),
@@ -307,8 +330,7 @@ class LocalBroker:
             return
         self.kill()
         raise BrokerError(
-            f"the broker did not become ready in {timeout_s:.0f} s ({last_error}):\n"
-            f"{self.log_tail()}"
+            f"the broker did not become ready in {timeout_s:.0f} s ({last_error}):\n{self.log_tail()}"
         )
 
 

@@ -29,37 +29,52 @@ class TopicSpec:
 
 CONTRACT: tuple[TopicSpec, ...] = (
     TopicSpec(
-        "commands", True,
+        "commands",
+        True,
         # Compacted by job id, but full history is kept for the forensics window first.
         {"cleanup.policy": "compact", "min.compaction.lag.ms": str(7 * DAY_MS)},
         "job commands (create, update, pause, resume, cancel, trigger, delete)",
     ),
     TopicSpec(
-        "runs", True, {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+        "runs",
+        True,
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
         "RunDue, RunCancelled, RunSkipped: written only by the processor",
     ),
     TopicSpec(
-        "outcomes", True, {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+        "outcomes",
+        True,
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
         "RunStarted, RunHeartbeat, RunSucceeded, RunFailed, RunTimedOut: written by workers",
     ),
     TopicSpec(
-        "job-events", True, {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
+        "job-events",
+        True,
+        {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
         "JobAccepted, JobChanged, JobRejected, RunSettled: the processor's answers",
     ),
     TopicSpec(
-        "sched-changelog", True, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"},
+        "sched-changelog",
+        True,
+        {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"},
         "JobState per job id: the scheduler's state, cached in RocksDB",
     ),
     TopicSpec(
-        "logs", True, {"cleanup.policy": "delete", "retention.ms": str(3 * DAY_MS)},
+        "logs",
+        True,
+        {"cleanup.policy": "delete", "retention.ms": str(3 * DAY_MS)},
         "LogChunk: bounded run output from workers",
     ),
     TopicSpec(
-        "dlq", True, {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
+        "dlq",
+        True,
+        {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
         "DeadLetter: malformed inputs and runs that exhausted their attempts",
     ),
     TopicSpec(
-        "audit", True, {"cleanup.policy": "delete", "retention.ms": "-1"},
+        "audit",
+        True,
+        {"cleanup.policy": "delete", "retention.ms": "-1"},
         "AuditRecord: who asked for what, append-only, kept forever",
     ),
 )
