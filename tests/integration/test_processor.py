@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 from pathlib import Path
@@ -221,3 +222,81 @@ def _store_contents(deployment: Deployment) -> dict[str, JobState]:
         finally:
             store.close()
     return contents
+
+
+async def test_malformed_inputs_go_to_the_dlq_and_processing_continues(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """Garbage, a record of the wrong family and a key/job-id mismatch: each dead-lettered with a reason."""
+    from aiokafka import AIOKafkaProducer
+
+    deployment = await Deployment.create(bootstrap, tmp_path, partitions=1)
+    settings = deployment.settings
+    good = create_command("good-job", one_time_spec(now_ms() + 3_600_000))
+    wrong_family = mappers.to_bytes(good)  # a command where an outcome belongs
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.topic("commands"), b"\x00garbage", key=b"bad-1")
+        await producer.send_and_wait(settings.topic("outcomes"), wrong_family, key=b"good-job")
+        await producer.send_and_wait(settings.topic("commands"), mappers.to_bytes(good), key=b"someone-else")
+        await producer.send_and_wait(settings.topic("commands"), mappers.to_bytes(good), key=b"good-job")
+    finally:
+        await producer.stop()
+    stop = asyncio.Event()
+    task = await _run_in_process(deployment, stop)
+    try:
+        for _ in range(30):
+            dead = await read_all(bootstrap, settings.topic("dlq"))
+            answers = await read_all(bootstrap, settings.topic("job-events"))
+            if len(dead) >= 3 and answers:
+                break
+            await asyncio.sleep(1)
+    finally:
+        stop.set()
+        await task
+    letters = [mappers.dead_letter_from_bytes(r.value) for r in dead]
+    assert [(d.source_topic, d.offset) for d in letters] == [
+        (settings.topic("commands"), 0),
+        (settings.topic("outcomes"), 0),
+        (settings.topic("commands"), 1),
+    ]
+    assert all(d.reason.startswith("undecodable input: ") for d in letters)
+    assert "does not match job id" in letters[2].reason
+    assert letters[0].value == b"\x00garbage"
+    assert [type(mappers.job_event_from_bytes(r.value)).__name__ for r in answers] == ["JobAccepted"]
+
+
+async def test_zombie_stalled_mid_transaction_is_fenced_and_commits_nothing(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """Fault: the owner stalls 20 s at after_produce_before_commit (session lapses) while a second
+    processor takes over. Checker: the zombie's commit is fenced; each run id is committed once."""
+    deployment = await Deployment.create(bootstrap, tmp_path, partitions=2, transaction_timeout_ms=60_000)
+    instant = now_ms() + 5_000
+    jobs = {f"zombie-{i:03d}": one_time_spec(instant) for i in range(300)}
+    await submit(deployment.settings, (create_command(job_id, spec) for job_id, spec in jobs.items()))
+    zombie = deployment.start_processor(
+        home=tmp_path / "zombie", TICKWHEEL_FAILPOINTS="after_produce_before_commit=sleep:20000@2"
+    )
+    try:
+        await asyncio.sleep(9)  # the zombie is now asleep inside its second transaction
+        deployment.start_processor(home=tmp_path / "successor")
+        dues = await wait_for_run_dues(deployment.settings, len(jobs), timeout_s=90)
+        await asyncio.to_thread(_wait_quietly, zombie, 25)
+        await asyncio.sleep(2)
+        dues = [e for _, _, e in await committed_runs(deployment.settings) if isinstance(e, RunDue)]
+    finally:
+        deployment.stop_all()
+    check = check_runs(dues, {run_id_for(job_id, instant) for job_id in jobs})
+    assert (check.lost, check.duplicates, check.unexpected) == (set(), {}, set()), deployment.logs()
+    zombie_log = (deployment.home / "processor-0.log").read_text()
+    assert "fenced by a newer owner" in zombie_log, zombie_log[-3000:]
+
+
+def _wait_quietly(proc: object, seconds: float) -> None:
+    import subprocess
+
+    assert isinstance(proc, subprocess.Popen)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=seconds)

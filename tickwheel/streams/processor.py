@@ -349,13 +349,14 @@ class PartitionTask:
         producer = self.producer
         assert producer is not None
         batch = StoreBatch()
+        sends: list[asyncio.Future[Any]] = []
         changelog_sends: list[asyncio.Future[Any]] = []
         started = time.monotonic()
         try:
             # Step 4: one transaction for events, changelog and input offsets.
             await producer.begin_transaction()
             for topic, key, value in work.records:
-                await producer.send(topic, value, key=key, partition=self.partition)
+                sends.append(await producer.send(topic, value, key=key, partition=self.partition))
             for job_id, state in work.states.items():
                 if work.loaded.get(job_id) == state:
                     continue
@@ -368,11 +369,14 @@ class PartitionTask:
                 )
             if work.offsets:
                 await producer.send_offsets_to_transaction(work.offsets, self._group_id)
+            await asyncio.gather(*sends)
             metadata = await asyncio.gather(*changelog_sends)
             failpoints.hit("after_produce_before_commit")
             # Step 5: the decision and the intent to dispatch become durable together.
             await producer.commit_transaction()
         except Exception as exc:
+            for future in (*sends, *changelog_sends):
+                future.add_done_callback(_retrieve)  # their failure is this one; do not log it again
             self._on_failed_commit(exc)
             raise
         commit_ms = self.clock()
@@ -482,6 +486,11 @@ def _timer_diff(work: _Work) -> tuple[set[Timer], set[Timer]]:
         if timer not in core.timers_of(work.state(timer.job_id)):
             removed.add(timer)
     return added, removed
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _write_store(store: StateStore, batch: StoreBatch) -> None:
