@@ -19,6 +19,7 @@ _COMMAND_MODULES = (
     "tickwheel.topics",
     "tickwheel.streams.preview",
     "tickwheel.streams.runtime",
+    "tickwheel.benchcli",
 )
 
 

@@ -259,7 +259,9 @@ class LocalBroker:
     def _format_once(self, java: str, libs: Path) -> None:
         if (self.cfg.data_dir / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # A leading "-" would be parsed as an option by the storage tool; Kafka's own
+        # random-uuid never produces one either.
+        cluster_id = "k" + base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")[1:]
         argv = [
             java,
             *self._jvm_flags(heap="256m"),
