@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 # Modules that register subcommands; imported lazily so `tickwheel --help` stays fast.
 _COMMAND_MODULES = (
@@ -31,8 +32,15 @@ class CliError(Exception):
         self.code = code
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (and exit code 2), not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tickwheel", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="tickwheel", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:
         module = importlib.import_module(name)
@@ -54,4 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run through the imported module, so that CliError raised by the command modules (which
+    # import tickwheel.cli) is the class main() catches, not a second copy in __main__.
+    from tickwheel.cli import main as _main
+
+    sys.exit(_main())

@@ -31,6 +31,7 @@ class Settings(BaseSettings):
     max_fires_per_step: int = Field(default=5_000, ge=1)
     catchup_budget_per_step: int = Field(default=500, ge=1)
     min_interval_ms: int = Field(default=1_000, ge=0)
+    state_cache_size: int = Field(default=100_000, ge=0)
     transaction_timeout_ms: int = Field(default=60_000, ge=1_000)
     # Gateway
     gateway_host: str = "127.0.0.1"

@@ -1,0 +1,7 @@
+"""``python -m tickwheel`` is the ``tickwheel`` command."""
+
+import sys
+
+from tickwheel.cli import main
+
+sys.exit(main())
