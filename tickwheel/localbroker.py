@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tickwheel.procs import alive, spawn_detached
 from tickwheel.settings import Settings, load
 
 COMPOSE_DIR = Path(__file__).resolve().parent.parent / "compose"
@@ -249,7 +250,7 @@ class LocalBroker:
             pid = int(self.cfg.pid_path.read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if _alive(pid) else None
+        return pid if alive(pid) else None
 
     def _write_config(self) -> None:
         (self.cfg.root / "logs").mkdir(parents=True, exist_ok=True)
@@ -298,20 +299,7 @@ class LocalBroker:
             _MAIN_CLASS,
             str(self.cfg.root / "server.properties"),
         ]
-        # posix_spawn rather than Popen: the broker outlives this process, and a Popen
-        # object for a child nobody waits on only produces ResourceWarnings.
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        pid = os.posix_spawn(
-            java,
-            argv,
-            dict(os.environ),
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 1, str(self.cfg.out_path), flags, 0o644),
-                (os.POSIX_SPAWN_DUP2, 1, 2),
-            ],
-            setsid=True,  # survives the CLI; not killed by a terminal's ^C
-        )
+        pid = spawn_detached(argv, dict(os.environ), self.cfg.out_path)
         self.cfg.pid_path.write_text(f"{pid}\n")
 
     def _wait_ready(self, timeout_s: float) -> None:
@@ -368,29 +356,6 @@ def _port_in_use(port: int) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of this process still answers kill(0); reap it if so.
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    return _proc_state(pid) not in {"Z", "X"}
-
-
-def _proc_state(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "X"
-    return stat.rsplit(")", 1)[1].split()[0]
-
-
 def _signal(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
@@ -399,10 +364,10 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 def _wait_exit(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return True
         time.sleep(0.1)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 def free_port() -> int:
