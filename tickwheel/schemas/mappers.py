@@ -19,6 +19,7 @@ keyed by the old writer's fingerprint, rewrites the resolved record before it is
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -713,3 +714,94 @@ def audit_record_from_bytes(data: bytes) -> AuditRecord:
 def state_from_bytes(data: bytes) -> JobState:
     """A scheduler changelog value."""
     return _decode(data, _STATES, "a job state")
+
+
+class _SplicedStateEncoder:
+    """Encodes a JobState byte-for-byte as :func:`to_bytes` does, reusing the spec's bytes.
+
+    Avro's binary encoding of a record is the concatenation of its fields' encodings, so
+    ``JobState = job_id | spec | rest``. The spec is most of a state's bytes and no fire,
+    lease or outcome changes it (evolve keeps the same ``JobSpec`` object), so its encoding
+    is kept per spec object and only the small remainder is encoded per change. This is
+    the processor's hot path at a hot instant (one changelog record per fired job).
+    """
+
+    _CACHE_LIMIT = 50_000
+
+    def __init__(self) -> None:
+        from fastavro import parse_schema
+
+        entry = _REGISTRY.current(_NS + "JobState")
+        self._header = MAGIC_BYTES + entry.fingerprint
+        fields = entry.schema["fields"]
+        if [f["name"] for f in fields[:2]] != ["job_id", "spec"]:
+            raise RuntimeError("JobState's first fields moved: the spliced encoder needs updating")
+        named = dict(entry.schema.get("__named_schemas", {}))
+        self._spec_schema = named[_NS + "JobSpec"]
+        self._rest_schema = parse_schema(
+            {"type": "record", "name": "tickwheel.local.JobStateRest", "fields": fields[2:]},
+            named_schemas={k: v for k, v in named.items() if k == _NS + "JobSpec"},
+        )
+        self._specs: dict[int, tuple[JobSpec, bytes]] = {}
+
+    def encode(self, state: JobState) -> bytes:
+        from fastavro import schemaless_writer
+
+        out = io.BytesIO()
+        out.write(self._header)
+        job_id = state.job_id.encode()
+        out.write(_zigzag_varint(len(job_id)))
+        out.write(job_id)
+        out.write(self._spec_bytes(state.spec))
+        record = _job_state_to_rest(state)
+        try:
+            schemaless_writer(out, self._rest_schema, record)
+        except Exception as exc:  # fastavro raises many types; callers get one typed error
+            raise CodecError(f"cannot encode JobState: {exc!r}") from exc
+        return out.getvalue()
+
+    def _spec_bytes(self, spec: JobSpec) -> bytes:
+        cached = self._specs.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        from fastavro import schemaless_writer
+
+        out = io.BytesIO()
+        schemaless_writer(out, self._spec_schema, _spec_to(spec))
+        if len(self._specs) >= self._CACHE_LIMIT:
+            self._specs.clear()  # cheap bound; the hot set refills within a step
+        self._specs[id(spec)] = (spec, out.getvalue())  # holding spec keeps its id unique
+        return out.getvalue()
+
+
+def _job_state_to_rest(s: JobState) -> Record:
+    return {
+        "version": s.version,
+        "status": s.status.value,
+        "next_fire_ms": s.next_fire_ms,
+        "last_scheduled_ms": s.last_scheduled_ms,
+        "runs": [_run_state_to(r) for r in s.runs],
+        "buffered": s.buffered,
+        "consecutive_failures": s.consecutive_failures,
+        "recent_command_ids": s.recent_command_ids,
+        "tz_version": s.tz_version,
+    }
+
+
+def _zigzag_varint(n: int) -> bytes:
+    value = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+MAGIC_BYTES = b"\xc3\x01"
+_STATE_ENCODER = _SplicedStateEncoder()
+
+
+def state_to_bytes(state: JobState) -> bytes:
+    """The changelog value of a job state: identical bytes to ``to_bytes(state)``, faster."""
+    return _STATE_ENCODER.encode(state)

@@ -384,7 +384,7 @@ class PartitionTask:
             for job_id, state in work.states.items():
                 if work.loaded.get(job_id) is state:
                     continue
-                value = None if state is None else mappers.to_bytes(state)
+                value = None if state is None else mappers.state_to_bytes(state)
                 batch.jobs[job_id] = value
                 await writer.append(self.topics.changelog, job_id.encode(), value)
             if work.offsets:
