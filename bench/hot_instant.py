@@ -1,0 +1,215 @@
+"""Hot instant: N one-time jobs due at the same instant, through the real processor.
+
+Each round registers N jobs due at one instant T, runs the scheduler processor as its own
+process (as in production: it gets a core of its own), waits until every RunDue is
+committed, and measures from the committed ``runs`` records:
+
+* dispatch rate: N / (last RunDue's commit - first RunDue's commit), RunDue/s;
+* lag to commit: a RunDue's record timestamp (set at append, just before the commit) minus
+  T, clamped at 0 (a look-ahead dispatch commits before T: lag 0); p50, p99 and max;
+* the same round's raw transactional produce limit (``common.raw_txn_produce``) as the
+  reference, so the ratio holds on a noisy machine.
+
+Two cases: without look-ahead (every RunDue decided at or after T) and with look-ahead
+(``lookahead_ms`` long enough that RunDue are committed before T with ``not_before = T``;
+workers then hold them until T, so the burst leaves the critical instant).
+
+Lag to worker start needs a worker fleet and is measured by ``bench/hot_instant_workers.py``
+where present; this benchmark isolates the processor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bench.common import (
+    RAW_LIMIT_LABEL,
+    BenchResult,
+    Workload,
+    bench_argparser,
+    bench_broker,
+    emit,
+    format_ratio,
+    format_table,
+    raw_txn_produce,
+    run_rounds_async,
+    say,
+)
+from tickwheel.client import CommandClient
+from tickwheel.schemas import mappers
+from tickwheel.schemas.model import CommandMeta, CreateJob, ExecutorSpec, JobSpec, OneTime, RunDue
+from tickwheel.settings import Settings
+from tickwheel.topics import create_topics
+
+PARTITIONS = 4
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+async def _register(settings: Settings, n: int, instant: int) -> float:
+    """Append n CreateJob commands; returns the client-side registration rate (jobs/s)."""
+    spec = JobSpec(team="bench", name="hot", schedule=OneTime(instant), executor=ExecutorSpec("noop"))
+    started = time.perf_counter()
+    async with CommandClient(settings, principal="bench") as client:
+        for first in range(0, n, 5_000):
+            commands = [
+                CreateJob(CommandMeta(f"c-hot-{i}", f"hot-{i:07d}", _now_ms(), "bench"), spec)
+                for i in range(first, min(n, first + 5_000))
+            ]
+            await client.submit_many(commands)  # type: ignore[arg-type]
+    return n / (time.perf_counter() - started)
+
+
+async def _count(settings: Settings, topic: str) -> int:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers, isolation_level="read_committed"
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
+        ends = await consumer.end_offsets(tps)
+        return sum(ends.values())
+    finally:
+        await consumer.stop()
+
+
+async def _collect_run_dues(settings: Settings, n: int, timeout_s: float) -> list[tuple[int, RunDue]]:
+    """(commit timestamp, RunDue) of the first n RunDue committed, read as they arrive."""
+    consumer = AIOKafkaConsumer(
+        settings.topic("runs"),
+        bootstrap_servers=settings.bootstrap_servers,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    seen: list[tuple[int, RunDue]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(seen) < n and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            for records in batch.values():
+                for record in records:
+                    event = mappers.run_event_from_bytes(record.value)
+                    if isinstance(event, RunDue):
+                        seen.append((record.timestamp, event))
+    finally:
+        await consumer.stop()
+    return seen
+
+
+async def hot_round(bootstrap: str, n: int, lookahead_ms: int) -> dict[str, float]:
+    """One hot instant of n jobs through a processor subprocess."""
+    home = Path(tempfile.mkdtemp(prefix="tw-hot-"))
+    name = f"hot{os.getpid()}x{_now_ms() % 10_000_000}"
+    settings = Settings(
+        bootstrap_servers=bootstrap, topic_prefix=f"{name}.", partitions=PARTITIONS, app_id=name,
+        home=home, lookahead_ms=lookahead_ms,
+    )
+    await create_topics(settings)
+    env = {
+        **os.environ, "TICKWHEEL_BOOTSTRAP_SERVERS": bootstrap, "TICKWHEEL_TOPIC_PREFIX": f"{name}.",
+        "TICKWHEEL_PARTITIONS": str(PARTITIONS), "TICKWHEEL_APP_ID": name, "TICKWHEEL_HOME": str(home),
+        "TICKWHEEL_LOOKAHEAD_MS": str(lookahead_ms), "TICKWHEEL_LOG_LEVEL": "WARNING",
+    }
+    processor = subprocess.Popen(  # noqa: ASYNC220 - started once per round, not on a hot path
+        [sys.executable, "-m", "tickwheel", "processor"], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        # Far enough ahead that registration and its absorption finish before the window
+        # in which the processor may dispatch (T - lookahead).
+        instant = _now_ms() + lookahead_ms + 15_000 + n // 2
+        registration_rate = await _register(settings, n, instant)
+        while await _count(settings, "job-events") < n:  # noqa: ASYNC110 - polling the broker
+            await asyncio.sleep(0.5)
+        absorbed_at = _now_ms()
+        if absorbed_at > instant - lookahead_ms:
+            say(f"  warning: registration absorbed {absorbed_at - instant + lookahead_ms} ms into the window")
+        seen = await _collect_run_dues(settings, n, timeout_s=n / 500 + 120)
+    finally:
+        processor.terminate()
+        processor.wait(timeout=30)
+    if len(seen) < n:
+        raise RuntimeError(f"only {len(seen)} of {n} RunDue committed")
+    commits = [ts for ts, _ in seen]
+    lags = [float(max(0, ts - due.not_before_ms)) for ts, due in seen]
+    # The dispatch window: from the first RunDue the processor may emit to the last one.
+    first_allowed = instant - lookahead_ms
+    span_ms = max(1, max(commits) - max(first_allowed, min(commits)))
+    return {
+        "rate": n / (span_ms / 1000),
+        "lag_p50_ms": _percentile(lags, 0.50),
+        "lag_p99_ms": _percentile(lags, 0.99),
+        "lag_max_ms": float(max(lags)),
+        "registration_rate": registration_rate,
+    }
+
+
+async def _main_async(args: object, n: int, rounds: int, lookahead_ms: int, bootstrap: str) -> BenchResult:
+    work = Workload(records=50_000)
+    cases: dict[str, Callable[[], Awaitable[dict[str, float]]]] = {
+        RAW_LIMIT_LABEL: lambda: raw_txn_produce(bootstrap, work),
+        "hot instant, no look-ahead": lambda: hot_round(bootstrap, n, 0),
+        f"hot instant, look-ahead {lookahead_ms // 1000} s": lambda: hot_round(bootstrap, n, lookahead_ms),
+    }
+    results = await run_rounds_async(cases, rounds)
+    limit = results[RAW_LIMIT_LABEL]["rate"].median
+    rows = [[RAW_LIMIT_LABEL, f"{limit:,.0f}", "1.00", "", "", "", ""]]
+    for name, metrics in results.items():
+        if name == RAW_LIMIT_LABEL:
+            continue
+        rate = metrics["rate"].median
+        rows.append([
+            name, f"{rate:,.0f}", format_ratio(rate / limit if limit else None),
+            f"{metrics['lag_p50_ms'].median:,.0f}", f"{metrics['lag_p99_ms'].median:,.0f}",
+            f"{metrics['lag_max_ms'].median:,.0f}", f"{metrics['registration_rate'].median:,.0f}",
+        ])
+    table = format_table(
+        ["case", "RunDue/s (median)", "x raw txn limit", "lag p50 ms", "lag p99 ms", "lag max ms",
+         "register jobs/s"],
+        rows,
+    )
+    return BenchResult(
+        name="hot-instant",
+        title=f"Hot instant of {n:,} one-time jobs, {PARTITIONS} partitions, one processor process",
+        params={"jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms},
+        table=table,
+        notes=(
+            "lag = RunDue commit timestamp - due instant, clamped at 0 (look-ahead commits early);"
+            " medians over rounds",
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_argparser("hot-instant", __doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, help="jobs due at the instant (default 100,000; quick 10,000)")
+    parser.add_argument("--lookahead-ms", type=int, default=30_000)
+    args = parser.parse_args(argv)
+    n = args.jobs or (10_000 if args.quick else 100_000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    with bench_broker(args.bootstrap) as broker:
+        result = asyncio.run(_main_async(args, n, rounds, args.lookahead_ms, broker.bootstrap))
+    emit(result, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
