@@ -58,6 +58,14 @@ class StoreContract:
         assert list(store.iter_jobs()) == []
         assert (store.count_jobs(), store.count_timers()) == (0, 0)
 
+    def test_timer_team_is_kept_as_the_index_value(self, store: StateStore) -> None:
+        """A timer comes back from the index with its team, which admission uses."""
+        timer = Timer(5, "job-1", TimerKind.FIRE, team="payments")
+        store.apply(StoreBatch(timers_add={timer}))
+        (back,) = store.due(10, 10)
+        assert back == timer
+        assert back.team == "payments"
+
     def test_put_get_delete_job(self, store: StateStore) -> None:
         """A job put is readable, overwritten by the next put and removed by None."""
         store.apply(batch({"a": b"1", "b": b"2"}))

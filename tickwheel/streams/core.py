@@ -184,9 +184,10 @@ def timers_of(state: JobState | None) -> frozenset[Timer]:
         return frozenset()
     timers: set[Timer] = set()
     if state.status in _LIVE and state.next_fire_ms is not None:
-        timers.add(Timer(_due(state, state.next_fire_ms), state.job_id, TimerKind.FIRE))
+        due = _due(state, state.next_fire_ms)
+        timers.add(Timer(due, state.job_id, TimerKind.FIRE, team=state.spec.team))
     for run in state.runs:
-        timers.update(_run_timers(state.job_id, run))
+        timers.update(_run_timers(state.job_id, run, state.spec.team))
     return frozenset(timers)
 
 
@@ -747,16 +748,16 @@ def _first_fire(schedule: Schedule, accepted_at: int, last_scheduled: int | None
     return _next_after(schedule, anchor)
 
 
-def _run_timers(job_id: str, run: RunState) -> tuple[Timer, ...]:
+def _run_timers(job_id: str, run: RunState, team: str) -> tuple[Timer, ...]:
     if run.status is RunStatus.DUE:
-        return (Timer(run.lease_until_ms, job_id, TimerKind.LEASE, run.run_id),)
+        return (Timer(run.lease_until_ms, job_id, TimerKind.LEASE, run.run_id, team),)
     if run.status is RunStatus.RUNNING:
         return (
-            Timer(run.lease_until_ms, job_id, TimerKind.LEASE, run.run_id),
-            Timer(run.deadline_ms, job_id, TimerKind.TIMEOUT, run.run_id),
+            Timer(run.lease_until_ms, job_id, TimerKind.LEASE, run.run_id, team),
+            Timer(run.deadline_ms, job_id, TimerKind.TIMEOUT, run.run_id, team),
         )
     if run.status is RunStatus.RETRY_WAIT:
-        return (Timer(run.retry_at_ms, job_id, TimerKind.RETRY, run.run_id),)
+        return (Timer(run.retry_at_ms, job_id, TimerKind.RETRY, run.run_id, team),)
     return ()
 
 

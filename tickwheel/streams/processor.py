@@ -297,10 +297,18 @@ class PartitionTask:
 
     async def _decide(self, records: Sequence[ConsumerRecord], candidates: list[Timer], now: int) -> _Work:
         decoded = [(record, _decode_input(record)) for record in records]
+        # Admission needs only each timer's team, which the index carries: no state is
+        # loaded for the timers that wait.
+        admitted, deferred = admission.admit(
+            [(t, t.team) for t in candidates],
+            now_ms=now,
+            limit=self.settings.max_fires_per_step,
+            catchup_budget=self.settings.catchup_budget_per_step,
+            misfire_tolerance_ms=self.settings.misfire_tolerance_ms,
+        )
         job_ids = {_job_id(inp) for _, inp in decoded if not isinstance(inp, DeadLetter)}
-        window = candidates[: 4 * self.settings.max_fires_per_step]
-        job_ids.update(t.job_id for t in window)
-        work = _Work(now_ms=now, loaded=await self._load(job_ids))
+        job_ids.update(t.job_id for t in admitted)
+        work = _Work(now_ms=now, loaded=await self._load(job_ids), deferred=len(deferred))
         for record, inp in decoded:
             work.offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
             work.inputs += 1
@@ -308,15 +316,6 @@ class PartitionTask:
                 self._emit(work, [inp], key=record.key)
                 continue
             self._apply(work, inp)
-        teams = [(t, _team(work.state(t.job_id))) for t in window]
-        admitted, deferred = admission.admit(
-            teams,
-            now_ms=now,
-            limit=self.settings.max_fires_per_step,
-            catchup_budget=self.settings.catchup_budget_per_step,
-            misfire_tolerance_ms=self.settings.misfire_tolerance_ms,
-        )
-        work.deferred = len(deferred) + len(candidates) - len(window)
         for timer in admitted:
             work.decided_timers.append(timer)
             self._apply(work, timer)
@@ -454,10 +453,6 @@ class PartitionTask:
 def _job_id(inp: Command | Outcome) -> str:
     meta = getattr(inp, "meta", None)
     return str(meta.job_id) if meta is not None else str(getattr(inp, "job_id"))  # noqa: B009
-
-
-def _team(state: JobState | None) -> str:
-    return state.spec.team if state is not None else ""
 
 
 def _decode_input(record: ConsumerRecord) -> Command | Outcome | DeadLetter:

@@ -3,7 +3,7 @@
 Three keyspaces (RocksDB column families of the same names)::
 
     jobs    job_id (UTF-8)          -> job state bytes, exactly the changelog record value
-    timers  Timer.key()             -> b""   (be64(due_ms) | job_id | 0x00 | kind | run_id)
+    timers  Timer.key()             -> team  (be64(due_ms) | job_id | 0x00 | kind | run_id)
     meta    b"changelog_offset"     -> be64 offset of the next changelog record to apply
 
 Timer keys sort by due time, so "what is due until T" is a seek plus a range scan of exactly
@@ -138,7 +138,7 @@ class StateStore(Protocol):
 class _Encoded:
     job_puts: list[tuple[bytes, bytes]]
     job_dels: list[bytes]
-    timer_adds: list[bytes]
+    timer_adds: list[tuple[bytes, bytes]]  # (key, team)
     timer_dels: list[bytes]
     offset: bytes | None
 
@@ -157,7 +157,7 @@ def _encode(batch: StoreBatch) -> _Encoded:
     return _Encoded(
         job_puts=puts,
         job_dels=dels,
-        timer_adds=[t.key() for t in batch.timers_add],
+        timer_adds=[(t.key(), t.team.encode()) for t in batch.timers_add],
         timer_dels=[t.key() for t in batch.timers_del],
         offset=None if batch.changelog_offset is None else _encode_offset(batch.changelog_offset),
     )
@@ -197,7 +197,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._jobs: dict[str, bytes] = {}
         self._timer_keys: list[bytes] = []  # sorted
-        self._timer_set: set[bytes] = set()
+        self._timer_set: dict[bytes, bytes] = {}  # key -> team
         self._offset: int | None = None
         self._closed = False
 
@@ -225,19 +225,21 @@ class MemoryStore:
             self._jobs.pop(key.decode(), None)
         for key in enc.timer_dels:
             self._del_timer(key)
-        for key in enc.timer_adds:
-            self._add_timer(key)
+        for key, team in enc.timer_adds:
+            self._add_timer(key, team)
         if batch.changelog_offset is not None:
             self._offset = batch.changelog_offset
 
-    def _add_timer(self, key: bytes) -> None:
+    def _add_timer(self, key: bytes, team: bytes) -> None:
         if key not in self._timer_set:
-            self._timer_set.add(key)
+            self._timer_set[key] = team
             bisect.insort(self._timer_keys, key)
+        else:
+            self._timer_set[key] = team
 
     def _del_timer(self, key: bytes) -> None:
         if key in self._timer_set:
-            self._timer_set.remove(key)
+            del self._timer_set[key]
             del self._timer_keys[bisect.bisect_left(self._timer_keys, key)]
 
     def due(self, until_ms: int, limit: int) -> list[Timer]:
@@ -260,7 +262,7 @@ class MemoryStore:
         keys = self._timer_keys
         lo = bisect.bisect_left(keys, start_key)
         hi = len(keys) if end_key is None else bisect.bisect_left(keys, end_key)
-        return [Timer.from_key(k) for k in keys[lo : min(hi, lo + limit)]]
+        return [Timer.from_key(k, self._timer_set[k]) for k in keys[lo : min(hi, lo + limit)]]
 
     def next_due_ms(self) -> int | None:
         """The earliest due time of any timer, or ``None``."""
@@ -434,13 +436,13 @@ class RocksDBStore:
             wb.delete(key, h.jobs_cf)
         for key in enc.timer_dels:
             wb.delete(key, h.timers_cf)
-        for key in enc.timer_adds:
-            wb.put(key, b"", h.timers_cf)
+        for key, team in enc.timer_adds:
+            wb.put(key, team, h.timers_cf)
         if enc.offset is not None:
             wb.put(OFFSET_KEY, enc.offset, h.meta_cf)
         h.db.write(wb, self._write_opts)
         if enc.timer_adds:
-            self._floor = min(self._floor, *enc.timer_adds)
+            self._floor = min(self._floor, *(key for key, _ in enc.timer_adds))
 
     def due(self, until_ms: int, limit: int) -> list[Timer]:
         """At most ``limit`` timers with ``due_ms <= until_ms``, in key order."""
@@ -467,13 +469,13 @@ class RocksDBStore:
             read_opts.set_iterate_upper_bound(end_key)
         it = h.timers.iter(read_opts)
         it.seek(start_key)
-        keys: list[bytes] = []
-        while len(keys) < limit and it.valid():
-            keys.append(it.key())
+        entries: list[tuple[bytes, bytes]] = []
+        while len(entries) < limit and it.valid():
+            entries.append((it.key(), it.value()))
             it.next()
         if from_floor:
-            self._floor = keys[0] if keys else (end_key or _ABOVE_ALL_KEYS)
-        return [Timer.from_key(k) for k in keys]
+            self._floor = entries[0][0] if entries else (end_key or _ABOVE_ALL_KEYS)
+        return [Timer.from_key(k, v) for k, v in entries]
 
     def next_due_ms(self) -> int | None:
         """The earliest due time of any timer, or ``None``."""

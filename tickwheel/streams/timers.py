@@ -2,7 +2,8 @@
 
 A timer is identified by its byte key, which sorts by due time::
 
-    key = be64(due_ms) | job_id (UTF-8) | 0x00 | kind (1 ASCII byte) | run_id (UTF-8, may be empty)
+    key   = be64(due_ms) | job_id (UTF-8) | 0x00 | kind (1 ASCII byte) | run_id (UTF-8, may be empty)
+    value = team (UTF-8)
 
 ``be64`` is the unsigned big-endian 8-byte encoding of the due time in epoch milliseconds,
 so lexicographic key order is time order. ``job_id`` never contains NUL (validated at the
@@ -13,7 +14,7 @@ per-run kinds.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 _BE64 = struct.Struct(">Q")
@@ -32,6 +33,9 @@ class Timer:
     job_id: str
     kind: TimerKind
     run_id: str = ""
+    # The job's team rides along as the index entry's *value* (not part of the key or of
+    # equality), so fair admission can interleave teams without loading any job state.
+    team: str = field(default="", compare=False)
 
     def key(self) -> bytes:
         """The RocksDB key of this timer; sorts by ``due_ms`` first."""
@@ -46,11 +50,14 @@ class Timer:
         )
 
     @classmethod
-    def from_key(cls, key: bytes) -> Timer:
-        """Invert :meth:`key`."""
+    def from_key(cls, key: bytes, value: bytes = b"") -> Timer:
+        """Invert :meth:`key` (and the index value, which holds the team)."""
         (due_ms,) = _BE64.unpack_from(key)
         job_id, _, rest = key[8:].partition(b"\x00")
-        return cls(due_ms, job_id.decode(), TimerKind(chr(rest[0])), rest[1:].decode())
+        return cls(due_ms, job_id.decode(), _KINDS[rest[0]], rest[1:].decode(), value.decode())
+
+
+_KINDS = {ord(kind.value): kind for kind in TimerKind}
 
 
 def due_prefix(due_ms: int) -> bytes:
