@@ -1,0 +1,270 @@
+"""The run driver's protocol with a fake sink and pool: lease before call, one outcome, self-stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from tickwheel.schemas.model import (
+    ExecutorSpec,
+    LogChunk,
+    Outcome,
+    RunDue,
+    RunFailed,
+    RunHeartbeat,
+    RunStarted,
+    RunSucceeded,
+    RunTimedOut,
+    RunTrigger,
+)
+from tickwheel.workers.config import WorkerConfig
+from tickwheel.workers.executors import ExecResult, ExecutorEnv, RunContext, builtin_registry
+from tickwheel.workers.metrics import WorkerMetrics
+from tickwheel.workers.run import ActiveRun, RunDriver, RunPhase, Services, StopKind
+from tickwheel.workers.secrets import SecretStore
+from tickwheel.workers.ssrf import SsrfGuard, system_resolve
+from tickwheel.workers.tenancy import TeamGate
+
+NOW = 1_700_000_000_000
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def clock(self) -> int:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += max(1, round(seconds * 1000))
+        await asyncio.sleep(0)
+
+
+class FakeSink:
+    def __init__(self) -> None:
+        self.events: list[Outcome | LogChunk] = []
+        self.fail_started = False
+        self.fail_heartbeats = False
+
+    async def outcome(self, event: Outcome) -> None:
+        if (self.fail_started and isinstance(event, RunStarted)) or (
+            self.fail_heartbeats and isinstance(event, RunHeartbeat)
+        ):
+            raise OSError("broker unreachable")
+        self.events.append(event)
+
+    async def log(self, chunk: LogChunk) -> None:
+        self.events.append(chunk)
+
+    def kinds(self) -> list[str]:
+        return [type(e).__name__ for e in self.events if not isinstance(e, RunHeartbeat)]
+
+
+class FakePool:
+    pool = "default"
+
+    def __init__(self, may_start: bool = True) -> None:
+        self.team_gate = TeamGate({})
+        self.team_gate.set_assignment(1, 1)
+        self._may_start = may_start
+        self.log: list[str] = []
+
+    async def may_start(self, run: ActiveRun) -> bool:
+        self.log.append("checked")
+        return self._may_start
+
+    def mark_started(self, run: ActiveRun) -> None:
+        self.log.append("marked")
+
+    def lease_acked(self, run: ActiveRun) -> None:
+        self.log.append("acked")
+
+
+class Gate:
+    """A test executor that waits for the test to let it finish, and records cancellation."""
+
+    release = asyncio.Event()
+    entered = asyncio.Event()
+    cancelled = False
+
+    def __init__(self, config: Mapping[str, Any], env: ExecutorEnv) -> None:
+        self.result = str(config.get("result", "done"))
+
+    async def run(self, ctx: RunContext) -> ExecResult:
+        Gate.entered.set()
+        ctx.output.write(f"working with {self.result}\n")
+        try:
+            await Gate.release.wait()
+        except asyncio.CancelledError:
+            Gate.cancelled = True
+            raise
+        return ExecResult.success(self.result)
+
+
+def _setup(sink: FakeSink, time: FakeTime, pool: FakePool) -> RunDriver:
+    Gate.release, Gate.entered, Gate.cancelled = asyncio.Event(), asyncio.Event(), False
+    config = WorkerConfig(worker_id="w-1", kill_grace_ms=100)
+    registry = builtin_registry()
+    registry.register("gate", Gate)
+    env = ExecutorEnv(config, SsrfGuard((), system_resolve), registry, time.sleep)
+    secrets = SecretStore(environ={"TICKWHEEL_SECRET_TOKEN": "tok-SECRET"})
+    services = Services(
+        config,
+        sink,
+        time.clock,
+        WorkerMetrics.create(),
+        secrets,
+        registry,
+        env,
+        asyncio.Semaphore(4),
+        time.sleep,
+    )
+    return RunDriver(services, pool)
+
+
+def _run(kind: str = "gate", config: Any = None, *, timeout_ms: int = 60_000) -> ActiveRun:
+    spec = ExecutorSpec(kind, json.dumps(config if config is not None else {"result": {"secret": "TOKEN"}}))
+    due = RunDue(
+        "r-1",
+        "job-1",
+        "team-a",
+        "default",
+        2,
+        NOW,
+        NOW,
+        NOW,
+        RunTrigger.SCHEDULED,
+        spec,
+        timeout_ms=timeout_ms,
+        lease_ms=3_000,
+    )
+    return ActiveRun(due, tp=("runs", 0), offset=7)
+
+
+async def _drive(driver: RunDriver, run: ActiveRun) -> asyncio.Task[None]:
+    run.task = asyncio.create_task(driver.drive(run))
+    return run.task
+
+
+async def test_lease_is_acked_before_the_call_and_one_outcome_follows() -> None:
+    """RunStarted is acked before the executor runs; logs precede the single RunSucceeded."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool()
+    driver = _setup(sink, time, pool)
+    run = _run()
+    task = await _drive(driver, run)
+    await Gate.entered.wait()
+    assert sink.kinds() == ["RunStarted"]
+    assert pool.log == ["checked", "marked", "acked"]
+    Gate.release.set()
+    await task
+    assert sink.kinds() == ["RunStarted", "LogChunk", "RunSucceeded"]
+    started, chunk, succeeded = [e for e in sink.events if not isinstance(e, RunHeartbeat)]
+    assert isinstance(started, RunStarted)
+    assert started.attempt == 2
+    assert started.worker_id == "w-1"
+    assert started.lease_until_ms == started.at_ms + 3_000
+    assert isinstance(chunk, LogChunk)
+    assert chunk.data == "working with ***\n"
+    assert isinstance(succeeded, RunSucceeded)
+    assert succeeded.result == "***"
+    assert run.phase is RunPhase.DONE
+
+
+async def test_no_ack_no_execution() -> None:
+    """If RunStarted is not acknowledged the executor is never called and nothing else is sent."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool()
+    sink.fail_started = True
+    driver = _setup(sink, time, pool)
+    run = _run()
+    await (await _drive(driver, run))
+    assert not Gate.entered.is_set()
+    assert sink.events == []
+    assert run.phase is RunPhase.DROPPED
+    assert "acked" not in pool.log
+
+
+async def test_cancel_rule_refusal_starts_nothing() -> None:
+    """A run whose cancel was seen before the LSO is never leased."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool(may_start=False)
+    driver = _setup(sink, time, pool)
+    run = _run()
+    await (await _drive(driver, run))
+    assert sink.events == []
+    assert run.phase is RunPhase.DROPPED
+    assert "marked" not in pool.log
+
+
+async def test_lost_lease_stops_the_execution_and_reports_nothing() -> None:
+    """When heartbeats cannot be acked before the stop point, the worker cancels and stays silent."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool()
+    sink.fail_heartbeats = True
+    driver = _setup(sink, time, pool)
+    run = _run()
+    await (await _drive(driver, run))
+    assert Gate.cancelled
+    assert run.phase is RunPhase.ABANDONED
+    assert sink.kinds() == ["RunStarted"]
+    assert time.now >= NOW + 3_000 - 300
+
+
+async def test_cancel_during_execution_stops_it() -> None:
+    """A RunCancelled while running cancels the executor and reports RunFailed(Cancelled)."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool()
+    driver = _setup(sink, time, pool)
+    run = _run()
+    task = await _drive(driver, run)
+    await Gate.entered.wait()
+    run.request_stop(StopKind.CANCELLED, "job cancelled")
+    await task
+    assert Gate.cancelled
+    failed = sink.events[-1]
+    assert isinstance(failed, RunFailed)
+    assert failed.error_class == "Cancelled"
+    assert not failed.retryable
+
+
+async def test_job_timeout_reports_timed_out() -> None:
+    """The job's timeout_ms cancels the executor and reports RunTimedOut."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool()
+    driver = _setup(sink, time, pool)
+    run = _run(timeout_ms=50)
+    await (await _drive(driver, run))
+    assert Gate.cancelled
+    assert isinstance(sink.events[-1], RunTimedOut)
+
+
+async def test_bad_config_or_missing_secret_fails_without_a_lease() -> None:
+    """A config that cannot run is a final RunFailed naming the problem, with no RunStarted."""
+    for kind, config, error in [
+        ("nope", {}, "ExecutorConfigError"),
+        ("gate", {"result": {"secret": "MISSING"}}, "SecretNotFound"),
+        ("process", {"argv": "rm -rf /"}, "ExecutorConfigError"),
+    ]:
+        sink, time, pool = FakeSink(), FakeTime(), FakePool()
+        driver = _setup(sink, time, pool)
+        await (await _drive(driver, _run(kind, config)))
+        assert sink.kinds() == ["RunFailed"]
+        failed = sink.events[0]
+        assert isinstance(failed, RunFailed)
+        assert failed.error_class == error
+        assert not failed.retryable
+
+
+async def test_future_not_before_is_held_and_a_passed_start_deadline_drops() -> None:
+    """A run is held until not_before; one whose start deadline has passed is not started."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool()
+    driver = _setup(sink, time, pool)
+    run = _run()
+    run.due = replace(run.due, not_before_ms=NOW + 5_000)
+    task = await _drive(driver, run)
+    await Gate.entered.wait()
+    assert time.now >= NOW + 5_000
+    Gate.release.set()
+    await task
+    stale = _run()
+    stale.due = replace(stale.due, flags=(f"start_by={NOW - 1}",))
+    await (await _drive(driver, stale))
+    assert stale.phase is RunPhase.DROPPED

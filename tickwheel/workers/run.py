@@ -1,0 +1,536 @@
+"""One run attempt on a worker, from its RunDue to its outcome.
+
+:meth:`RunDriver.drive` owns an attempt's protocol. Steps:
+
+1. Hold until ``not_before_ms`` (look-ahead dispatch); drop it if its start deadline
+   (``start_by`` flag) has passed meanwhile: the processor re-dispatches it anyway.
+2. Wait for a team slot (``tenancy.py``), then a worker slot.
+3. Cancel rule: read the partition up to its last stable offset as observed now, then
+   refuse to start if a RunCancelled for this attempt (or a later one) was seen. Drop it
+   too if its start deadline passed while it waited for a slot.
+4. Build the executor (parse config, resolve secrets). A config that cannot run is
+   reported as a non-retryable RunFailed without a lease (the processor accepts results
+   for a DUE attempt from any worker).
+5. Lease: send RunStarted and wait for the ack; no ack, no execution. The attempt is
+   marked started *before* sending, so a redelivery never starts it twice here; its offset
+   becomes committable once acked.
+6. Execute with heartbeats, until the first of: the executor finishes, the job's timeout,
+   a RunCancelled / shutdown request, or the lease cannot be renewed.
+7. Report: logs first, then exactly one outcome, unless the lease was lost, in which case
+   nothing more is sent for the attempt.
+
+Failure scenarios: a crash before step 5's ack leaves the offset uncommitted; the RunDue is
+redelivered and started afresh (the target was never called). A crash after it leaves a
+lease that lapses; the processor re-dispatches with attempt + 1, and the target sees the
+same Idempotency-Key (the run id) with a higher attempt (the fencing token). A crash between
+the ack and the offset commit redelivers an attempt that was started: see ``pool.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from tickwheel import failpoints
+from tickwheel.schemas.mappers import to_bytes
+from tickwheel.schemas.model import (
+    LogChunk,
+    Outcome,
+    RunDue,
+    RunFailed,
+    RunHeartbeat,
+    RunStarted,
+    RunSucceeded,
+    RunTimedOut,
+)
+from tickwheel.streams.core import start_deadline_ms
+from tickwheel.workers.config import WorkerConfig
+from tickwheel.workers.executors.base import (
+    ExecResult,
+    Executor,
+    ExecutorConfigError,
+    ExecutorEnv,
+    ExecutorRegistry,
+    RunContext,
+)
+from tickwheel.workers.lease import LeaseKeeper, LeasePolicy, granted, stop_at_ms
+from tickwheel.workers.metrics import WorkerMetrics
+from tickwheel.workers.output import OutputCapture, utf8_prefix
+from tickwheel.workers.secrets import Scrubber, SecretNotFound, SecretStore, resolve
+from tickwheel.workers.tenancy import TeamGate
+
+log = logging.getLogger("tickwheel.worker")
+
+
+class RunPhase(StrEnum):
+    HELD = "held"  # waiting for not_before
+    QUEUED = "queued"  # waiting for a team slot and a worker slot
+    CHECKING = "checking"  # cancel rule: reading the partition up to its LSO
+    LEASING = "leasing"  # RunStarted sent, ack pending
+    RUNNING = "running"
+    REPORTING = "reporting"
+    DONE = "done"  # an outcome was reported
+    DROPPED = "dropped"  # never started (cancelled, stale, revoked, lease not acked, shutdown)
+    ABANDONED = "abandoned"  # started, lease lost: stopped itself and reported nothing more
+
+
+_TRANSITIONS: dict[RunPhase, frozenset[RunPhase]] = {
+    RunPhase.HELD: frozenset({RunPhase.QUEUED, RunPhase.DROPPED}),
+    RunPhase.QUEUED: frozenset({RunPhase.CHECKING, RunPhase.DROPPED}),
+    RunPhase.CHECKING: frozenset({RunPhase.LEASING, RunPhase.REPORTING, RunPhase.DROPPED}),
+    RunPhase.LEASING: frozenset({RunPhase.RUNNING, RunPhase.DROPPED}),
+    RunPhase.RUNNING: frozenset({RunPhase.REPORTING, RunPhase.ABANDONED}),
+    RunPhase.REPORTING: frozenset({RunPhase.DONE, RunPhase.ABANDONED}),
+    RunPhase.DONE: frozenset(),
+    RunPhase.DROPPED: frozenset(),
+    RunPhase.ABANDONED: frozenset(),
+}
+UNSTARTED = frozenset({RunPhase.HELD, RunPhase.QUEUED, RunPhase.CHECKING})
+FINAL = frozenset({RunPhase.DONE, RunPhase.DROPPED, RunPhase.ABANDONED})
+
+
+class InvalidTransitionError(RuntimeError):
+    pass
+
+
+class StopKind(StrEnum):
+    CANCELLED = "cancelled"  # a RunCancelled for this attempt
+    SHUTDOWN = "shutdown"  # the worker is stopping and the grace period is over
+
+
+@dataclass(eq=False)
+class ActiveRun:
+    """A RunDue this worker holds, with where it came from and how far it got."""
+
+    due: RunDue
+    tp: Any  # aiokafka TopicPartition of the RunDue
+    offset: int
+    phase: RunPhase = RunPhase.HELD
+    stop_kind: StopKind | None = None
+    stop_reason: str = ""
+    release_offset: bool = True  # on finish, may the offset be committed past?
+    drop_reason: str = ""
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    lease_settled: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.due.run_id, self.due.attempt
+
+    def advance(self, to: RunPhase) -> None:
+        if to not in _TRANSITIONS[self.phase]:
+            raise InvalidTransitionError(f"run {self.due.run_id}/{self.due.attempt}: {self.phase} -> {to}")
+        self.phase = to
+
+    def request_stop(self, kind: StopKind, reason: str) -> None:
+        if self.stop_kind is None:
+            self.stop_kind, self.stop_reason = kind, reason
+        self.stop_requested.set()
+
+    def drop(self, reason: str, *, release_offset: bool) -> None:
+        """Abandon an unstarted run (its task is cancelled); keep the offset held unless released."""
+        self.drop_reason = reason
+        self.release_offset = release_offset
+        if self.task is not None:
+            self.task.cancel()
+
+
+class OutcomeSink(Protocol):
+    async def outcome(self, event: Outcome) -> None: ...
+
+    async def log(self, chunk: LogChunk) -> None: ...
+
+
+class KafkaSink:
+    """Outcomes and log chunks keyed by job id (co-partitioned with the job's runs)."""
+
+    def __init__(self, producer: Any, outcomes_topic: str, logs_topic: str) -> None:
+        self.producer = producer
+        self.outcomes_topic = outcomes_topic
+        self.logs_topic = logs_topic
+
+    async def outcome(self, event: Outcome) -> None:
+        await self.producer.send_and_wait(self.outcomes_topic, to_bytes(event), key=event.job_id.encode())
+
+    async def log(self, chunk: LogChunk) -> None:
+        await self.producer.send_and_wait(self.logs_topic, to_bytes(chunk), key=chunk.job_id.encode())
+
+
+class PoolPort(Protocol):
+    """What a run needs from the pool consumer that received it."""
+
+    pool: str
+    team_gate: TeamGate
+
+    async def may_start(self, run: ActiveRun) -> bool: ...
+
+    def mark_started(self, run: ActiveRun) -> None: ...
+
+    def lease_acked(self, run: ActiveRun) -> None: ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """What every run of a worker process shares."""
+
+    config: WorkerConfig
+    sink: OutcomeSink
+    clock: Callable[[], int]
+    metrics: WorkerMetrics
+    secrets: SecretStore
+    registry: ExecutorRegistry
+    executor_env: ExecutorEnv
+    slots: asyncio.Semaphore
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+
+class Ending(StrEnum):
+    FINISHED = "finished"
+    STOPPED = "stopped"
+    TIMED_OUT = "timed_out"
+    LEASE_LOST = "lease_lost"
+
+
+@dataclass(frozen=True, slots=True)
+class _Built:
+    executor: Executor
+    scrubber: Scrubber
+
+
+class RunDriver:
+    def __init__(self, services: Services, pool: PoolPort) -> None:
+        self.s = services
+        self.pool = pool
+
+    async def drive(self, run: ActiveRun) -> None:
+        """Take one RunDue through the steps in the module docstring."""
+        try:
+            # Step 1
+            if not await self._hold(run):
+                return
+            run.advance(RunPhase.QUEUED)
+            # Step 2
+            async with self.pool.team_gate.slot(run.due.team), self.s.slots:
+                run.advance(RunPhase.CHECKING)
+                # Step 3
+                if not await self.pool.may_start(run):
+                    self._drop(run, "cancelled")
+                    return
+                if self._stale(run):
+                    return
+                # Step 4
+                built = self._build(run)
+                if isinstance(built, ExecResult):
+                    await self._report_unstarted(run, built)
+                    return
+                # Steps 5 to 7
+                await self._lease_and_execute(run, built)
+        except asyncio.CancelledError:
+            self.cancelled(run)
+            raise
+        except Exception:
+            log.exception("run %s attempt %d: driver failed", *run.key)
+
+    def cancelled(self, run: ActiveRun) -> None:
+        """The drive task was cancelled (maybe before it ever ran): an unstarted run is dropped."""
+        if run.phase in UNSTARTED:
+            self._drop(run, run.drop_reason or "cancelled")
+
+    # -- steps 1 to 4 ----------------------------------------------------------------
+
+    async def _hold(self, run: ActiveRun) -> bool:
+        """Step 1. Sleeps in slices and re-reads the clock, so an injected clock may jump."""
+        while (wait := run.due.not_before_ms - self.s.clock()) > 0:
+            await self.s.sleep(min(wait, 1_000) / 1000)
+        return not self._stale(run)
+
+    def _stale(self, run: ActiveRun) -> bool:
+        """Past its start deadline the processor re-dispatches it: starting now would race that."""
+        if self.s.clock() < start_deadline_ms(run.due):
+            return False
+        self._drop(run, "stale")
+        return True
+
+    def _drop(self, run: ActiveRun, reason: str) -> None:
+        run.advance(RunPhase.DROPPED)
+        self.s.metrics.runs_dropped.labels(self.pool.pool, reason).inc()
+        log.info("run %s attempt %d not started: %s", *run.key, reason)
+
+    def _build(self, run: ActiveRun) -> _Built | ExecResult:
+        """Step 4: the executor, or the non-retryable failure to report instead."""
+        scrubber = Scrubber()
+        try:
+            raw = json.loads(run.due.executor.config_json)
+            config, used = resolve(raw, self.s.secrets)
+            scrubber = Scrubber(used)
+            executor = self.s.registry.build(run.due.executor.kind, config, self.s.executor_env)
+        except json.JSONDecodeError as exc:
+            return ExecResult.failure(
+                "ExecutorConfigError", f"config_json is not JSON: {exc}", retryable=False
+            )
+        except SecretNotFound as exc:
+            return ExecResult.failure("SecretNotFound", str(exc), retryable=False)
+        except ExecutorConfigError as exc:
+            return ExecResult.failure("ExecutorConfigError", scrubber.scrub(str(exc)), retryable=False)
+        return _Built(executor, scrubber)
+
+    async def _report_unstarted(self, run: ActiveRun, result: ExecResult) -> None:
+        run.advance(RunPhase.REPORTING)
+        self.pool.mark_started(run)  # a redelivery must not report it again
+        event = self._failed(run, result.retryable, result.error_class, result.error_message)
+        await self._send_final(run, event, deadline_ms=self.s.clock() + run.due.lease_ms)
+
+    # -- step 5: the lease --------------------------------------------------------------
+
+    async def _lease_and_execute(self, run: ActiveRun, built: _Built) -> None:
+        run.advance(RunPhase.LEASING)
+        self.pool.mark_started(run)
+        policy = LeasePolicy(run.due.lease_ms)
+        now = self.s.clock()
+        lease = granted(policy, now)
+        try:
+            started = RunStarted(
+                run.due.run_id,
+                run.due.job_id,
+                run.due.attempt,
+                self.s.config.worker_id,
+                lease.lease_until_ms,
+                now,
+            )
+            async with asyncio.timeout((stop_at_ms(policy, lease) - now) / 1000):
+                await self.s.sink.outcome(started)
+        except Exception as exc:  # noqa: BLE001 - no ack for any reason means no execution
+            self.s.metrics.leases_not_acked.labels(self.pool.pool).inc()
+            self._drop(run, "lease_not_acked")
+            log.warning("run %s attempt %d: RunStarted not acknowledged (%r); not started", *run.key, exc)
+            return
+        finally:
+            run.lease_settled.set()
+        self.pool.lease_acked(run)
+        self.s.metrics.runs_started.labels(self.pool.pool).inc()
+        run.advance(RunPhase.RUNNING)
+        keeper = LeaseKeeper(
+            policy, lease, renew=self._heartbeat_sender(run), clock=self.s.clock, sleep=self.s.sleep
+        )
+        await self._execute(run, built, keeper)
+
+    def _heartbeat_sender(self, run: ActiveRun) -> Callable[[int, int], Awaitable[None]]:
+        async def send(lease_until_ms: int, at_ms: int) -> None:
+            beat = RunHeartbeat(
+                run.due.run_id,
+                run.due.job_id,
+                run.due.attempt,
+                self.s.config.worker_id,
+                lease_until_ms,
+                at_ms,
+            )
+            await self.s.sink.outcome(beat)
+
+        return send
+
+    # -- step 6: execution --------------------------------------------------------------
+
+    async def _execute(self, run: ActiveRun, built: _Built, keeper: LeaseKeeper) -> None:
+        failpoints.hit("worker_before_call")
+        ready = asyncio.Event()
+        logs = _LogShipper(self.s.sink, self._capture(run, built.scrubber, ready.set), ready)
+        try:
+            ctx = RunContext(
+                run.due.run_id,
+                run.due.job_id,
+                run.due.attempt,
+                run.due.team,
+                logs.capture,
+                idempotency_key=run.due.run_id,
+            )
+            ending, result = await self._timed_race(run, built.executor, ctx, keeper)
+            failpoints.hit("worker_after_call_before_outcome")
+            if ending is Ending.LEASE_LOST or not keeper.valid():
+                await logs.abandon()
+                self._abandon(run, keeper)
+                return
+            # Step 7: logs first, then the one outcome.
+            run.advance(RunPhase.REPORTING)
+            deadline = stop_at_ms(keeper.policy, keeper.state)
+            await logs.finish(timeout_s=max(0.0, (deadline - self.s.clock()) / 1000))
+            outcome = self._outcome(run, ending, result, built.scrubber)
+            await self._send_final(run, outcome, deadline_ms=deadline)
+        finally:
+            await logs.abandon()  # a no-op once finished; stops the shipper on any other way out
+
+    async def _timed_race(
+        self, run: ActiveRun, executor: Executor, ctx: RunContext, keeper: LeaseKeeper
+    ) -> tuple[Ending, ExecResult | BaseException | None]:
+        in_flight = self.s.metrics.in_flight.labels(self.pool.pool)
+        in_flight.inc()
+        started = time.monotonic()
+        try:
+            return await self._race(run, executor, ctx, keeper)
+        finally:
+            in_flight.dec()
+            elapsed = time.monotonic() - started
+            self.s.metrics.executor_seconds.labels(self.pool.pool, run.due.executor.kind).observe(elapsed)
+
+    def _capture(self, run: ActiveRun, scrubber: Scrubber, on_ready: Callable[[], None]) -> OutputCapture:
+        cfg = self.s.config
+        return OutputCapture(
+            run.due.run_id,
+            run.due.job_id,
+            run.due.attempt,
+            limit_bytes=cfg.log_limit_bytes,
+            chunk_bytes=cfg.log_chunk_bytes,
+            scrubber=scrubber,
+            clock=self.s.clock,
+            on_ready=on_ready,
+        )
+
+    async def _race(
+        self, run: ActiveRun, executor: Executor, ctx: RunContext, keeper: LeaseKeeper
+    ) -> tuple[Ending, ExecResult | BaseException | None]:
+        """Run the executor against its lease, its timeout and stop requests; stop it if it loses."""
+        if run.stop_requested.is_set():
+            return Ending.STOPPED, None  # cancelled while the lease was being acked: do not begin
+        exec_task = asyncio.create_task(executor.run(ctx))
+        lease_task = asyncio.create_task(keeper.keep())
+        stop_task = asyncio.create_task(run.stop_requested.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {exec_task, lease_task, stop_task},
+                timeout=run.due.timeout_ms / 1000,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            lease_task.cancel()
+            stop_task.cancel()
+            if not exec_task.done():
+                await self._stop_execution(run, exec_task)
+            await asyncio.wait({lease_task, stop_task})  # nothing of this attempt outlives it
+        if lease_task in done:
+            return Ending.LEASE_LOST, None
+        if exec_task in done:
+            error = exec_task.exception()
+            if error is not None:
+                log.error("run %s attempt %d: executor raised", *run.key, exc_info=error)
+            return Ending.FINISHED, error or exec_task.result()
+        return (Ending.STOPPED if stop_task in done else Ending.TIMED_OUT), None
+
+    async def _stop_execution(self, run: ActiveRun, task: asyncio.Task[ExecResult]) -> None:
+        task.cancel()
+        grace_s = self.s.config.kill_grace_ms / 1000 + 5
+        done, _ = await asyncio.wait({task}, timeout=grace_s)
+        if not done:
+            log.error("run %s attempt %d: executor still running %.0f s after cancel", *run.key, grace_s)
+        elif not task.cancelled() and task.exception() is not None:
+            log.warning("run %s attempt %d: executor failed while stopping: %r", *run.key, task.exception())
+
+    def _abandon(self, run: ActiveRun, keeper: LeaseKeeper) -> None:
+        run.advance(RunPhase.ABANDONED)
+        self.s.metrics.lease_self_stops.labels(self.pool.pool).inc()
+        log.warning(
+            "run %s attempt %d: lease lost (until %d, now %d); execution stopped, nothing reported",
+            *run.key,
+            keeper.state.lease_until_ms,
+            self.s.clock(),
+        )
+
+    # -- step 7: the outcome --------------------------------------------------------------
+
+    def _outcome(
+        self, run: ActiveRun, ending: Ending, result: ExecResult | BaseException | None, scrubber: Scrubber
+    ) -> Outcome:
+        due, now = run.due, self.s.clock()
+        if ending is Ending.TIMED_OUT:
+            return RunTimedOut(due.run_id, due.job_id, due.attempt, self.s.config.worker_id, now)
+        if ending is Ending.STOPPED:
+            if run.stop_kind is StopKind.SHUTDOWN:
+                return self._failed(run, True, "WorkerShutdown", run.stop_reason)
+            return self._failed(run, False, "Cancelled", run.stop_reason)
+        if isinstance(result, BaseException):
+            return self._failed(run, True, type(result).__name__, scrubber.scrub(str(result)))
+        assert result is not None
+        if result.ok:
+            text = utf8_prefix(scrubber.scrub(result.result), self.s.config.result_max_bytes)
+            return RunSucceeded(due.run_id, due.job_id, due.attempt, self.s.config.worker_id, now, text)
+        return self._failed(run, result.retryable, result.error_class, scrubber.scrub(result.error_message))
+
+    def _failed(self, run: ActiveRun, retryable: bool, error_class: str, message: str) -> RunFailed:
+        due = run.due
+        return RunFailed(
+            due.run_id,
+            due.job_id,
+            due.attempt,
+            self.s.config.worker_id,
+            self.s.clock(),
+            retryable,
+            error_class,
+            message,
+        )
+
+    async def _send_final(self, run: ActiveRun, event: Outcome, *, deadline_ms: int) -> None:
+        try:
+            timeout_s = max(0.001, (deadline_ms - self.s.clock()) / 1000)
+            async with asyncio.timeout(timeout_s):
+                await self.s.sink.outcome(event)
+        except Exception as exc:  # noqa: BLE001 - the lease will lapse and the processor re-dispatches
+            log.warning(
+                "run %s attempt %d: outcome %s not acknowledged: %r", *run.key, type(event).__name__, exc
+            )
+            run.advance(RunPhase.ABANDONED)
+            return
+        run.advance(RunPhase.DONE)
+        self._count(event)
+
+    def _count(self, event: Outcome) -> None:
+        m, pool = self.s.metrics, self.pool.pool
+        if isinstance(event, RunSucceeded):
+            m.runs_succeeded.labels(pool).inc()
+        elif isinstance(event, RunTimedOut):
+            m.runs_timed_out.labels(pool).inc()
+        elif isinstance(event, RunFailed):
+            m.runs_failed.labels(pool, str(event.retryable).lower()).inc()
+            if event.error_class == "Cancelled":
+                m.runs_cancelled.labels(pool).inc()
+
+
+class _LogShipper:
+    """Sends an attempt's LogChunks as they are cut, in order, on a background task."""
+
+    def __init__(self, sink: OutcomeSink, capture: OutputCapture, ready: asyncio.Event) -> None:
+        self.sink = sink
+        self.capture = capture
+        self._ready = ready  # set by the capture whenever it cuts a chunk
+        self._closing = False
+        self._task = asyncio.create_task(self._ship())
+
+    async def _ship(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            for chunk in self.capture.take():
+                await self.sink.log(chunk)
+            if self._closing and not self._ready.is_set():
+                return
+
+    async def finish(self, timeout_s: float) -> None:
+        """Flush what the capture still holds and wait (bounded) until it is sent."""
+        self.capture.close()
+        self._closing = True
+        self._ready.set()
+        await asyncio.wait({self._task}, timeout=timeout_s)
+        if not self._task.done() or self._task.cancelled() or self._task.exception() is not None:
+            log.warning("log chunks not all sent before the outcome")  # lost logs must not cost it
+            await self.abandon()
+
+    async def abandon(self) -> None:
+        """Send nothing more."""
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
