@@ -21,6 +21,13 @@ _COMMAND_MODULES = (
     "tickwheel.streams.preview",
     "tickwheel.streams.runtime",
     "tickwheel.benchcli",
+    "tickwheel.up",
+    "tickwheel.echo",
+    "tickwheel.workers.cli",
+    "tickwheel.projections.cli",
+    "tickwheel.gateway.cli",
+    "tickwheel.jobs_cli",
+    "tickwheel.replay.cli",
 )
 
 

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     gateway_port: int = 8080
     token: SecretStr | None = None
     tokens_file: Path | None = None
+    # `tickwheel up`: metrics of processor, worker, projections on base, base+1, base+2
+    metrics_port_base: int = 9400
+    echo_port: int = 8099
     # Failpoints, e.g. "after_produce_before_commit=kill"; inert when empty
     failpoints: str = ""
 

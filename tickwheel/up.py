@@ -25,8 +25,6 @@ from tickwheel.localbroker import BrokerConfig, LocalBroker
 from tickwheel.procs import read_pid, spawn_detached, terminate
 from tickwheel.settings import Settings, load
 
-ECHO_PORT = 8099
-
 
 @dataclass(frozen=True, slots=True)
 class Service:
@@ -34,13 +32,16 @@ class Service:
     args: tuple[str, ...]
 
 
-SERVICES = (
-    Service("echo-target", ("echo-target", "--port", str(ECHO_PORT))),
-    Service("processor", ("processor", "--metrics-port", "9400")),
-    Service("worker", ("worker", "--pool", "default", "--metrics-port", "9401")),
-    Service("projections", ("projections", "--metrics-port", "9402")),
-    Service("gateway", ("gateway",)),
-)
+def services(settings: Settings) -> tuple[Service, ...]:
+    """What `up` runs, in start order (ports from the settings)."""
+    base = settings.metrics_port_base
+    return (
+        Service("echo-target", ("echo-target", "--port", str(settings.echo_port))),
+        Service("processor", ("processor", "--metrics-port", str(base))),
+        Service("worker", ("worker", "--pool", "default", "--metrics-port", str(base + 1))),
+        Service("projections", ("projections", "--metrics-port", str(base + 2))),
+        Service("gateway", ("gateway", "--read-model", "secondary")),
+    )
 
 
 def _admin_token(home: Path) -> str:
@@ -59,7 +60,7 @@ def _env(settings: Settings, token: str) -> dict[str, str]:
         "TICKWHEEL_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "TICKWHEEL_TOKEN": token,
         # The examples call the local echo target, which the SSRF guard would refuse.
-        "TICKWHEEL_WORKER_SSRF_ALLOW": f"127.0.0.1:{ECHO_PORT}",
+        "TICKWHEEL_WORKER_SSRF_ALLOW": f"127.0.0.1:{settings.echo_port}",
     }
 
 
@@ -67,7 +68,7 @@ def start_services(settings: Settings, token: str) -> list[str]:
     """Start every service not already running; return the names started."""
     home = settings.home.resolve()
     started = []
-    for service in SERVICES:
+    for service in services(settings):
         pid_path = home / "run" / f"{service.name}.pid"
         if read_pid(pid_path) is not None:
             continue
@@ -82,7 +83,7 @@ def start_services(settings: Settings, token: str) -> list[str]:
 def stop_services(settings: Settings) -> list[str]:
     home = settings.home.resolve()
     stopped = []
-    for service in reversed(SERVICES):
+    for service in reversed(services(settings)):
         pid_path = home / "run" / f"{service.name}.pid"
         pid = read_pid(pid_path)
         if pid is not None:
@@ -105,11 +106,11 @@ def wait_for_gateway(settings: Settings, timeout_s: float = 60.0) -> bool:
     return False
 
 
-def example_jobs(now_ms: int) -> list[tuple[str, Any]]:
+def example_jobs(now_ms: int, echo_port: int) -> list[tuple[str, Any]]:
     """The demo set: one-time, cron in a DST zone, an HTTP callback, and a failing job."""
     from tickwheel.schemas.model import CronSchedule, ExecutorSpec, JobSpec, OneTime, RetryPolicy
 
-    echo = json.dumps({"method": "POST", "url": f"http://127.0.0.1:{ECHO_PORT}/effect"})
+    echo = json.dumps({"method": "POST", "url": f"http://127.0.0.1:{echo_port}/effect"})
     return [
         ("example-once", JobSpec(
             team="examples", name="one-time hello", schedule=OneTime(now_ms + 60_000),
@@ -135,7 +136,7 @@ def example_jobs(now_ms: int) -> list[tuple[str, Any]]:
 async def load_examples(settings: Settings) -> int:
     from tickwheel.client import CommandClient
 
-    jobs = example_jobs(time.time_ns() // 1_000_000)
+    jobs = example_jobs(time.time_ns() // 1_000_000, settings.echo_port)
     async with CommandClient(settings, principal="tickwheel-up") as client:
         for job_id, spec in jobs:
             await client.create(job_id, spec, idempotency_key=f"tickwheel-up:{job_id}")
