@@ -8,7 +8,17 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: up down test lint types unit integration bench clean
 
+# Debian packages the test suite drives: Chromium for the UI test (never a downloaded browser),
+# iproute2 and nftables for the network-partition scenario. Installed only when missing.
+SYSTEM_TOOLS := /usr/bin/chromium /usr/sbin/ip /usr/sbin/nft
+APT_PACKAGES := chromium iproute2 nftables
+
 $(STAMP): pyproject.toml
+	@missing=""; for tool in $(SYSTEM_TOOLS); do [ -x $$tool ] || missing=yes; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	  else echo "note: install $(APT_PACKAGES) (Debian) for the browser and network-partition tests"; fi; \
+	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -U pip
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'

@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     tokens_file: Path | None = None
     # `tickwheel up`: metrics of processor, worker, projections on base, base+1, base+2
     metrics_port_base: int = 9400
+    # Where /metrics listens; 0.0.0.0 in the compose cluster so Prometheus can scrape.
+    metrics_host: str = "127.0.0.1"
     echo_port: int = 8099
     # Failpoints, e.g. "after_produce_before_commit=kill"; inert when empty
     failpoints: str = ""

@@ -45,7 +45,7 @@ def _cli(args: argparse.Namespace) -> int:
     if args.metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(args.metrics_port, addr="127.0.0.1", registry=metrics.registry)
+        start_http_server(args.metrics_port, addr=settings.metrics_host, registry=metrics.registry)
     asyncio.run(_serve(settings, metrics))
     return 0
 

@@ -62,7 +62,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if config.metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(config.metrics_port, addr="127.0.0.1", registry=worker.metrics.registry)
+        start_http_server(config.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
     try:
         asyncio.run(_serve(worker))
     except KafkaConnectionError as exc:
