@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
 import logging
 import signal
 import time
@@ -82,13 +83,13 @@ class Processor:
             await consumer.stop()
 
     async def _step_all(self, batch: dict[TopicPartition, list[Any]]) -> None:
-        by_partition: dict[int, list[Any]] = {}
+        by_partition: dict[int, list[list[Any]]] = {}
         for tp, records in batch.items():
-            by_partition.setdefault(tp.partition, []).extend(records)
+            by_partition.setdefault(tp.partition, []).append(records)
         for partition, task in list(self.tasks.items()):
             if task.state is not TaskState.RUNNING:
                 continue
-            records = sorted(by_partition.get(partition, ()), key=lambda r: (r.timestamp, r.topic, r.offset))
+            records = merge_inputs(by_partition.get(partition, []))
             try:
                 await task.step(records)
             except TaskFencedError:
@@ -179,6 +180,16 @@ class Processor:
                     self._assign(partition)
                 elif not both:
                     log.error("partition %d assigned without its co-partition: not served", partition)
+
+
+def merge_inputs(streams: list[list[Any]]) -> list[Any]:
+    """Interleave partition p of the input topics by timestamp, never reordering one topic.
+
+    Each list is one topic-partition in offset order, which is the order its records must be
+    decided in (a cancel after a create, a heartbeat after a start) whatever their
+    producer-set timestamps say; a merge only chooses which topic's head goes next.
+    """
+    return list(heapq.merge(*streams, key=lambda record: record.timestamp))
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
