@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from tickwheel.localbroker import server_properties, BrokerConfig
+from tickwheel.localbroker import BrokerConfig, server_properties
 
 COMPOSE = Path(__file__).resolve().parents[2] / "compose" / "docker-compose.yml"
 
