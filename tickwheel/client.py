@@ -53,7 +53,7 @@ from tickwheel.schemas.model import (
 )
 from tickwheel.settings import Settings
 
-_OUTCOME_TYPES = (RunStarted, RunHeartbeat, RunSucceeded, RunFailed, RunTimedOut)
+_YIELDED = (RunSettled, RunStarted, RunHeartbeat, RunSucceeded, RunFailed, RunTimedOut)
 
 
 class CommandClient:
@@ -166,5 +166,5 @@ class RunOutcomes:
             except CodecError:
                 self.undecodable += 1  # the processor dead-letters these; a reader skips them
                 continue
-            if isinstance(event, RunSettled | _OUTCOME_TYPES):
+            if isinstance(event, _YIELDED):
                 yield event

@@ -207,3 +207,37 @@ def test_tickwheel_up_then_the_cli_creates_a_job_and_sees_its_run_succeed(tmp_pa
         down = _tickwheel(["down"], env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "broker stopped" in down.stdout
+
+
+async def test_client_library_submits_with_an_idempotency_key_and_reacts_to_the_settled_run(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """CommandClient: one idempotency key submitted twice is one command id and one job;
+    RunOutcomes yields the processor's RunSettled for the run a real worker executed."""
+    from tickwheel.client import CommandClient, RunOutcomes
+
+    deployment = await Deployment.create(bootstrap, tmp_path, partitions=2)
+    spec = JobSpec(team="svc", name="noop", schedule=OneTime(now_ms() + 3_000), executor=ExecutorSpec("noop"))
+    try:
+        deployment.start_processor()
+        _start_worker(deployment, "w-client")
+        async with RunOutcomes(deployment.settings, group_id="reactor", from_beginning=True) as outcomes:
+            async with CommandClient(deployment.settings, principal="svc-test") as client:
+                first = await client.create("client-job", spec, idempotency_key="k-1")
+                second = await client.create("client-job", spec, idempotency_key="k-1")
+            async with asyncio.timeout(90):
+                async for event in outcomes:
+                    if isinstance(event, RunSettled) and event.job_id == "client-job":
+                        settled = event
+                        break
+    finally:
+        deployment.stop_all()
+    assert first == second
+    assert settled.status is RunStatus.SUCCEEDED
+    answers = await read_all(bootstrap, deployment.settings.topic("job-events"))
+    accepted = [
+        e
+        for e in map(mappers.job_event_from_bytes, (r.value for r in answers))
+        if type(e).__name__ == "JobAccepted"
+    ]
+    assert len(accepted) == 1
