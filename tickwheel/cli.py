@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "tickwheel.gateway.cli",
     "tickwheel.jobs_cli",
     "tickwheel.replay.cli",
+    "tickwheel.chaos",
 )
 
 

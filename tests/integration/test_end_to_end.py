@@ -105,8 +105,13 @@ async def test_worker_lost_mid_call_lease_expires_and_the_effect_applies_once(
         finally:
             deployment.stop_all()
     assert call.idempotency_key is not None
-    calls = target.calls_for(call.idempotency_key)
-    assert [c.attempt for c in calls] == [1, 2]
+    attempts = [c.attempt for c in target.calls_for(call.idempotency_key)]
+    # A frozen worker that wakes may fetch attempt 2 from its old position before it learns
+    # it lost the partition, and call the target again: the at-least-once window the
+    # idempotency key exists for. Effects, not calls, must be exactly one.
+    assert attempts[:2] == [1, 2]
+    assert set(attempts) == {1, 2}
+    assert fault == "sigstop" or attempts == [1, 2]
     assert target.effects[call.idempotency_key] == 1
     assert [d.attempt for d in dues] == [1, 2]
     assert dues[1].trigger.value == "lease_expired"

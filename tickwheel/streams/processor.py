@@ -143,8 +143,14 @@ class StoreThread:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def close(self) -> None:
-        self._pool.submit(self.store.close).result()
-        self._pool.shutdown(wait=True)
+        """Close the store; a store that fails to close (e.g. a full disk flushing) is logged,
+        never raised: it is only a cache, and the next owner restores from the changelog."""
+        try:
+            self._pool.submit(self.store.close).result()
+        except Exception:
+            log.warning("store close failed; the changelog remains the truth", exc_info=True)
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 class PartitionTask:

@@ -112,25 +112,38 @@ class Processor:
         )
 
     def _assign(self, partition: int) -> None:
-        task = self._new_task(partition)
-        self.tasks[partition] = task
-        self.metrics.assigned_partitions.set(len(self.tasks))
-        self._pause(task)
-        self._starting[partition] = asyncio.create_task(self._start_task(task))
+        if self.consumer is not None:
+            self.consumer.pause(*self._input_tps(partition))
+        self._starting[partition] = asyncio.create_task(self._start_task(partition))
 
-    async def _start_task(self, task: PartitionTask) -> None:
-        """Fence, restore, then consume from the group's committed offsets (read fresh)."""
-        try:
-            await task.start()
-            await self._seek_to_committed(task)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("task %d: start failed", task.partition)
-            return
-        finally:
-            self._starting.pop(task.partition, None)
-        if self.tasks.get(task.partition) is task and self.consumer is not None:
+    async def _start_task(self, partition: int) -> None:
+        """Open the store, fence, restore, then consume from the committed offsets (read fresh).
+
+        A start that fails (broker unreachable, RocksDB unable to open or write on a full
+        disk) is retried with backoff for as long as this process owns the partition; the
+        partition's inputs stay paused meanwhile, so nothing is decided without its state.
+        """
+        delay = 1.0
+        while True:
+            task: PartitionTask | None = None
+            try:
+                task = self._new_task(partition)
+                self.tasks[partition] = task
+                self.metrics.assigned_partitions.set(len(self.tasks))
+                await task.start()
+                await self._seek_to_committed(task)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("task %d: start failed; retrying in %.0f s", partition, delay)
+                if task is not None:
+                    self.tasks.pop(partition, None)
+                    await task.close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+        self._starting.pop(partition, None)
+        if self.consumer is not None:
             self.consumer.resume(*task.input_tps)
 
     async def _seek_to_committed(self, task: PartitionTask) -> None:
@@ -156,10 +169,6 @@ class Processor:
             await task.close()
         self.metrics.assigned_partitions.set(len(self.tasks))
 
-    def _pause(self, task: PartitionTask) -> None:
-        if self.consumer is not None:
-            self.consumer.pause(*task.input_tps)
-
     def _input_tps(self, partition: int) -> tuple[TopicPartition, TopicPartition]:
         return (
             TopicPartition(self.topics.commands, partition),
@@ -176,7 +185,7 @@ class Processor:
             partitions = {tp.partition for tp in assigned}
             for partition in sorted(partitions):
                 both = set(self._input_tps(partition)) <= assigned
-                if both and partition not in self.tasks:
+                if both and partition not in self.tasks and partition not in self._starting:
                     self._assign(partition)
                 elif not both:
                     log.error("partition %d assigned without its co-partition: not served", partition)
