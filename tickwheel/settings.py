@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     min_interval_ms: int = Field(default=1_000, ge=0)
     state_cache_size: int = Field(default=100_000, ge=0)
     transaction_timeout_ms: int = Field(default=60_000, ge=1_000)
+    # Static group membership (KIP-345): a processor restarted with the same id takes its
+    # partitions back at once instead of waiting out the old member's session. Empty: off.
+    processor_instance_id: str = ""
     # Gateway
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080

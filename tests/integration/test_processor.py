@@ -77,10 +77,13 @@ async def test_sigkill_between_produce_and_commit_loses_and_duplicates_nothing(
     instant = now_ms() + 6_000
     jobs = {f"kill-{i:04d}": one_time_spec(instant) for i in range(600)}
     await submit(deployment.settings, (create_command(job_id, spec) for job_id, spec in jobs.items()))
-    victim = deployment.start_processor(TICKWHEEL_FAILPOINTS="after_produce_before_commit=kill@3")
+    # Static membership: the restarted processor reclaims the victim's member id at once.
+    victim = deployment.start_processor(
+        TICKWHEEL_FAILPOINTS="after_produce_before_commit=kill@3", TICKWHEEL_PROCESSOR_INSTANCE_ID="p-1"
+    )
     try:
         assert await asyncio.to_thread(victim.wait, 60) == -signal.SIGKILL
-        deployment.start_processor()
+        deployment.start_processor(TICKWHEEL_PROCESSOR_INSTANCE_ID="p-1")
         dues = await wait_for_run_dues(deployment.settings, len(jobs), timeout_s=120)
         await asyncio.sleep(2)
         dues = [e for _, _, e in await committed_runs(deployment.settings) if isinstance(e, RunDue)]

@@ -59,6 +59,7 @@ class Processor:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.settings.bootstrap_servers,
             group_id=f"{self.settings.app_id}.sched",
+            group_instance_id=self.settings.processor_instance_id or None,
             enable_auto_commit=False,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
