@@ -151,6 +151,8 @@ async def _refresh(reads: ReadService, interval_s: float) -> None:
 @contextlib.asynccontextmanager
 async def _kafka_deps(settings: Settings, config: GatewayConfig) -> AsyncIterator[Deps]:
     async with contextlib.AsyncExitStack() as stack:
+        if config.read_model == "secondary":
+            await _wait_for_primary(settings)
         kv = _open_read_model(settings, config, stack)
         sink = KafkaSink(settings)
         await sink.start()
@@ -161,6 +163,18 @@ async def _kafka_deps(settings: Settings, config: GatewayConfig) -> AsyncIterato
         if config.read_model == "embedded":
             await stack.enter_async_context(_embedded_projector(settings, kv))
         yield Deps(ReadModel(kv), sink, lag, SystemClock())
+
+
+async def _wait_for_primary(settings: Settings, timeout_s: float = 60.0) -> None:
+    """A secondary reader needs the store `tickwheel projections` creates; started together
+    (as `tickwheel up` does), the gateway may come first: wait for it, bounded."""
+    from tickwheel.projections.runtime import projections_path
+
+    current = projections_path(settings) / "CURRENT"
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not current.exists() and asyncio.get_running_loop().time() < deadline:
+        log.info("waiting for the projections store at %s", current.parent)
+        await asyncio.sleep(0.5)
 
 
 def _open_read_model(settings: Settings, config: GatewayConfig, stack: contextlib.AsyncExitStack) -> RocksKV:
