@@ -98,6 +98,20 @@ async def wait_settled(settings: Settings, timeout_s: float) -> set[str]:
     return await wait_until(unsettled, lambda left: not left, timeout_s, every_s=2.0)  # type: ignore[return-value]
 
 
+async def wait_answered(settings: Settings, command_ids: set[str], timeout_s: float) -> set[str]:
+    """Until the processor answered every command id on ``job-events``; returns the unanswered.
+
+    Runs settling is not enough before stopping the processor: a cancel that arrives after
+    its job's run settled is answered (changes nothing) but may still be in flight.
+    """
+
+    async def unanswered() -> set[str]:
+        answers = await committed_events(settings, "job-events")
+        return command_ids - {getattr(e, "command_id", "") for e in answers}
+
+    return await wait_until(unanswered, lambda left: not left, timeout_s, every_s=1.0)  # type: ignore[return-value]
+
+
 async def wait_for_exit(member: Member, timeout_s: float) -> int | None:
     """The member's exit code, or None if it is still running after ``timeout_s``."""
     try:

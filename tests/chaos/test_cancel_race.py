@@ -19,6 +19,7 @@ from tests.chaos.scenario import (
     http_executor,
     now_ms,
     one_time_jobs,
+    wait_answered,
     wait_settled,
 )
 from tests.integration.http_target import HttpTarget
@@ -58,8 +59,11 @@ async def test_cancels_racing_due_instants_never_start_a_run_after_the_ack(
                         fleet.worker("w-spare")
                     await asyncio.sleep(step)
                 unsettled = await wait_settled(deployment.settings, 90)
+                acked = {r.command.meta.command_id for r in recorder.commands if r.outcome == "ok"}
+                unanswered = await wait_answered(deployment.settings, acked, 60)
                 fleet.stop_all()
             assert not unsettled, fleet.logs()
+            assert not unanswered, fleet.logs()
             history = await recorder.finish()
         finally:
             fleet.stop_all()
