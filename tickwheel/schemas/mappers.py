@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from tickwheel.schemas.codec import CodecError, Record, Registry, SchemaEntry, default_registry
+from tickwheel.schemas.codec import MAGIC, CodecError, Record, Registry, SchemaEntry, default_registry
 from tickwheel.schemas.model import (
     AttemptRecord,
     AuditRecord,
@@ -732,7 +732,7 @@ class _SplicedStateEncoder:
         from fastavro import parse_schema
 
         entry = _REGISTRY.current(_NS + "JobState")
-        self._header = MAGIC_BYTES + entry.fingerprint
+        self._header = MAGIC + entry.fingerprint
         fields = entry.schema["fields"]
         if [f["name"] for f in fields[:2]] != ["job_id", "spec"]:
             raise RuntimeError("JobState's first fields moved: the spliced encoder needs updating")
@@ -798,7 +798,6 @@ def _zigzag_varint(n: int) -> bytes:
     return bytes(out)
 
 
-MAGIC_BYTES = b"\xc3\x01"
 _STATE_ENCODER = _SplicedStateEncoder()
 
 
