@@ -33,6 +33,7 @@ from tickwheel.schemas import mappers
 from tickwheel.schemas.model import CommandMeta, CreateJob, ExecutorSpec, JobSpec, JobState, OneTime, RunDue
 from tickwheel.settings import Settings
 from tickwheel.streams import core
+from tickwheel.streams.timers import TIMERS_HEADER, pack_timers
 
 BATCH_BYTES = 512 * 1024  # below the broker's 1 MiB message.max.bytes, as the processor uses
 TEAM = "bench"
@@ -101,13 +102,15 @@ async def write_changelog(
         for n, state in enumerate(states, 1):
             key = state.job_id.encode()
             value = mappers.state_to_bytes(state)
+            # the header the processor writes: restore reads timers from it, not the state
+            headers = [(TIMERS_HEADER, pack_timers(core.timers_of(state)))]
             p = partition_of(key, settings.partitions)
             size += len(key) + len(value)
             counts[p] += 1
-            if batches[p].append(key=key, value=value, timestamp=None) is None:
+            if batches[p].append(key=key, value=value, timestamp=None, headers=headers) is None:
                 pending.append(await producer.send_batch(batches[p], topic, partition=p))
                 batches[p] = producer.create_batch()
-                batches[p].append(key=key, value=value, timestamp=None)
+                batches[p].append(key=key, value=value, timestamp=None, headers=headers)
             if n % flush_every == 0:  # bound the futures held and let the sender drain
                 await asyncio.gather(*pending)
                 pending.clear()

@@ -49,7 +49,7 @@ from tickwheel.settings import Settings
 from tickwheel.streams import admission, core
 from tickwheel.streams.metrics import ProcessorMetrics
 from tickwheel.streams.store import StateStore, StoreBatch
-from tickwheel.streams.timers import Timer, TimerKind
+from tickwheel.streams.timers import TIMERS_HEADER, Timer, TimerKind, pack_timers, unpack_timers
 from tickwheel.streams.wheel import TimingWheel
 
 log = logging.getLogger("tickwheel.processor")
@@ -125,6 +125,8 @@ class _Work:
     decided_timers: list[Timer] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     run_dues: list[RunDue] = field(default_factory=list)
+    # timers_of each changed state, computed once for the changelog header and the diff
+    timers: dict[str, frozenset[Timer]] = field(default_factory=dict)
     inputs: int = 0
     deferred: int = 0
 
@@ -243,12 +245,22 @@ class PartitionTask:
                 start = 0
             consumer.seek(tp, start)
             applied = 0
+            # Fetch the next batch while the store thread applies the last one (in order:
+            # one thread; one batch in flight bounds memory).
+            applying: asyncio.Future[None] | None = None
             while await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=1_000, max_records=5_000)
                 records = batch.get(tp, [])
+                if applying is not None:
+                    await applying
+                    applying = None
                 if records:
-                    await self._store.call(_apply_changelog, self._store.store, records)
+                    applying = asyncio.ensure_future(
+                        self._store.call(_apply_changelog, self._store.store, records)
+                    )
                     applied += len(records)
+            if applying is not None:
+                await applying
             log.info("task %d: restored %d changelog records from offset %d", self.partition, applied, start)
         finally:
             await consumer.stop()
@@ -391,7 +403,10 @@ class PartitionTask:
                     continue
                 value = None if state is None else mappers.state_to_bytes(state)
                 batch.jobs[job_id] = value
-                await writer.append(self.topics.changelog, job_id.encode(), value)
+                timers = work.timers[job_id] = core.timers_of(state)
+                await writer.append(
+                    self.topics.changelog, job_id.encode(), value, _timer_headers(state, timers)
+                )
             if work.offsets:
                 await producer.send_offsets_to_transaction(work.offsets, self._group_id)
             last_offsets = await writer.flush()
@@ -497,16 +512,28 @@ def _timer_diff(work: _Work) -> tuple[set[Timer], set[Timer]]:
     added: set[Timer] = set()
     removed: set[Timer] = set()
     for job_id, state in work.states.items():
+        if work.loaded.get(job_id) is state:
+            continue  # unchanged: nothing to diff
         before = core.timers_of(work.loaded.get(job_id))
-        after = core.timers_of(state)
+        after = work.timers.get(job_id)
+        if after is None:
+            after = work.timers[job_id] = core.timers_of(state)
         added |= after - before
         removed |= before - after
     # A decided timer that its job's state no longer implies must leave the index even if
     # the state did not change (a stale entry would otherwise be decided forever).
     for timer in work.decided_timers:
-        if timer not in core.timers_of(work.state(timer.job_id)):
+        implied = work.timers.get(timer.job_id)
+        if implied is None:
+            implied = core.timers_of(work.state(timer.job_id))
+        if timer not in implied:
             removed.add(timer)
     return added, removed
+
+
+def _timer_headers(state: JobState | None, timers: frozenset[Timer]) -> list[tuple[str, bytes]]:
+    """The changelog record's ``tw-timers`` header (none on a tombstone)."""
+    return [] if state is None else [(TIMERS_HEADER, pack_timers(timers))]
 
 
 class StateCache:
@@ -544,15 +571,22 @@ class _BatchWriter:
         self._open: dict[str, Any] = {}
         self._sent: list[tuple[str, asyncio.Future[Any], int]] = []
 
-    async def append(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+    async def append(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        headers = headers or []  # aiokafka's batch builder takes a list, nothing else
         batch = self._open.get(topic)
         if batch is None:
             batch = self._open[topic] = self._producer.create_batch()
-        if batch.append(timestamp=None, key=key, value=value) is not None:
+        if batch.append(timestamp=None, key=key, value=value, headers=headers) is not None:
             return
         await self._send(topic)
         batch = self._open[topic] = self._producer.create_batch()
-        if batch.append(timestamp=None, key=key, value=value) is None:
+        if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
             raise ValueError(f"a record of {len(value or b'')} bytes does not fit in one batch")
 
     async def _send(self, topic: str) -> None:
@@ -589,19 +623,36 @@ def _write_store(store: StateStore, batch: StoreBatch) -> None:
 
 
 def _apply_changelog(store: StateStore, records: Sequence[ConsumerRecord]) -> None:
-    """Restore: fold changelog records into the store, deriving the timer index from states."""
-    latest: dict[str, bytes | None] = {}
+    """Restore: fold changelog records into the store and its timer index.
+
+    A record's timers come from its ``tw-timers`` header when written under the current
+    rules (no decode: restore is otherwise decode-bound); records without one, and the
+    states a record replaces, are decoded and derived with ``core.timers_of``.
+    """
+    latest: dict[str, ConsumerRecord] = {}
     for record in records:
-        latest[record.key.decode()] = record.value
+        latest[record.key.decode()] = record
     old = store.get_many(latest)
     batch = StoreBatch(changelog_offset=records[-1].offset + 1)
-    for job_id, value in latest.items():
+    for job_id, record in latest.items():
         before = core.timers_of(mappers.state_from_bytes(old[job_id]) if job_id in old else None)
-        after = core.timers_of(mappers.state_from_bytes(value) if value is not None else None)
-        batch.jobs[job_id] = value
+        after = _record_timers(record)
+        batch.jobs[job_id] = record.value
         batch.timers_add |= after - before
         batch.timers_del |= before - after
     store.apply(batch)
+
+
+def _record_timers(record: ConsumerRecord) -> frozenset[Timer]:
+    """The timers of a changelog record's state: its header, else derived from the decoded state."""
+    if record.value is None:
+        return frozenset()
+    for name, raw in record.headers or ():
+        if name == TIMERS_HEADER:
+            timers = unpack_timers(raw)
+            if timers is not None:
+                return timers
+    return core.timers_of(mappers.state_from_bytes(record.value))
 
 
 def _tz_version() -> str:
