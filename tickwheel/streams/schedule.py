@@ -151,6 +151,8 @@ def offset_ms(job_id: str, scheduled_for_ms: int, spread_ms: int, jitter_ms: int
     """
     if spread_ms < 0 or jitter_ms < 0:
         raise ScheduleError("spread_ms" if spread_ms < 0 else "jitter_ms", "must not be negative")
+    if spread_ms <= 1 and jitter_ms <= 1:
+        return 0  # the common case, and on every timer derivation: skip building the inputs
     spread = _hash_mod(b"tw-spread", job_id.encode(), spread_ms)
     jitter = _hash_mod(b"tw-jitter", f"{job_id}\x00{scheduled_for_ms}".encode(), jitter_ms)
     return spread + jitter
