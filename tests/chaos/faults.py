@@ -1,9 +1,10 @@
 """Fault injectors: processes to SIGKILL or SIGSTOP, a broker to kill, a disk to fill, a clock.
 
-* :class:`Fleet` starts processors and workers of one deployment as real child processes
-  (``python -m tickwheel.cli processor`` / ``python -m tickwheel.workers.cli``), so a fault
-  is a real signal: SIGKILL (no clean-up at all), SIGSTOP/SIGCONT (a zombie that wakes up
-  after its session and transaction timeouts passed).
+* :class:`Fleet` starts processors, workers and gateways of one deployment as real child
+  processes (``python -m tickwheel.cli processor`` / ``python -m tickwheel.workers.cli`` /
+  ``python -m tickwheel.cli gateway``), so a fault is a real signal: SIGKILL (no clean-up
+  at all), SIGSTOP/SIGCONT (a zombie that wakes up after its session and transaction
+  timeouts passed).
 * :class:`OwnBroker` is a second broker on free loopback ports under the test's tmp_path,
   for scenarios that SIGKILL or partition the broker; the suite's shared broker is never
   touched. Its listeners can add an address outside loopback (the veth of ``netns.py``).
@@ -21,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +38,7 @@ class Member:
     """One child process of the fleet."""
 
     name: str
-    role: str  # "processor" | "worker"
+    role: str  # "processor" | "worker" | "gateway"
     proc: subprocess.Popen[bytes]
     log_path: Path
 
@@ -75,6 +76,16 @@ class Fleet:
         }
         argv = [sys.executable, "-m", "tickwheel.workers.cli", "--pool", "default"]
         return self._spawn(name, "worker", argv, extra)
+
+    def gateway(
+        self, name: str, port: int, *, home: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> Member:
+        """Start ``tickwheel gateway`` on 127.0.0.1:``port`` with extra ``env`` (its tokens); its
+        embedded read model lives in ``home`` (default ``<home>/gateway``), so a restart on the
+        same home resumes its fold."""
+        extra = {"TICKWHEEL_HOME": str(home or self.home / "gateway"), **(env or {})}
+        argv = [sys.executable, "-m", "tickwheel.cli", "gateway", "--host", "127.0.0.1", "--port", str(port)]
+        return self._spawn(name, "gateway", argv, extra)
 
     def _spawn(self, name: str, role: str, argv: list[str], env: dict[str, str]) -> Member:
         log_path = self.home / "logs" / f"{len(self.members):02d}-{name}.log"
