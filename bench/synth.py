@@ -149,6 +149,7 @@ def processor_env(settings: Settings, log_level: str = "INFO") -> dict[str, str]
         "TICKWHEEL_LOOKAHEAD_MS": str(settings.lookahead_ms),
         "TICKWHEEL_MISFIRE_TOLERANCE_MS": str(settings.misfire_tolerance_ms),
         "TICKWHEEL_LOG_LEVEL": log_level,
+        "TICKWHEEL_PROCESSOR_INSTANCE_ID": settings.processor_instance_id,
     }
 
 
