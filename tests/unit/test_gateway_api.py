@@ -9,6 +9,7 @@ from tests.unit.test_projection_events import chunk, dead_letter, due, started, 
 from tickwheel.gateway.config import GatewayConfig
 from tickwheel.schemas.model import (
     CreateJob,
+    OneTime,
     PauseJob,
     TriggerJob,
     UpdateJob,
@@ -317,3 +318,39 @@ async def test_ui_is_served_when_installed(tmp_path: Path) -> None:
         assert "tickwheel" in await (await h.client.get("/ui")).text()
         assert (await h.client.get("/ui/app.js")).status == 200
         assert (await h.client.get("/ui/..%2Fsecret")).status == 404
+
+
+async def test_ui_files_have_the_media_type_of_their_suffix(tmp_path: Path) -> None:
+    """UI files are served as the gateway states per suffix, not as the host's mime.types guess."""
+    async with harness(static_dir=tmp_path) as h:
+        for name, media in (
+            ("index.html", "text/html"),
+            ("app.js", "text/javascript"),
+            ("style.css", "text/css"),
+            ("font.woff2", "application/octet-stream"),
+        ):
+            (tmp_path / name).write_text("x")
+            response = await h.client.get(f"/ui/{name}")
+            assert (response.status, response.content_type) == (200, media), name
+
+
+async def test_integral_floats_are_integers_but_strings_and_fractions_are_not() -> None:
+    """60000.0 is the integer 60000 (as JSON Schema's integer says); 1.5 and "60000" stay 422."""
+    async with harness(answer=False) as h:
+        headers = {**auth("pay-owner"), "Idempotency-Key": "floats"}
+        at_ms = float(NOW_MS + 3_600_000)
+        body = job_body(
+            timeout_ms=60_000.0, retry={"max_attempts": 2.0}, schedule={"kind": "once", "at_ms": at_ms}
+        )
+        assert (await h.client.post("/v1/jobs", json=body, headers=headers)).status == 202
+        (command,) = h.sink.commands
+        assert isinstance(command, CreateJob)
+        spec = command.spec
+        assert (spec.timeout_ms, spec.retry.max_attempts, spec.schedule) == (60_000, 2, OneTime(int(at_ms)))
+        assert type(spec.timeout_ms) is int
+        for bad in (1.5, "60000"):
+            response = await h.client.post(
+                "/v1/jobs", json=job_body(timeout_ms=bad), headers={**headers, "Idempotency-Key": "x"}
+            )
+            assert response.status == 422
+            assert (await response.json())["field"] == "timeout_ms"

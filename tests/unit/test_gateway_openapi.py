@@ -259,3 +259,80 @@ async def test_served_document_is_the_generated_one() -> None:
     """/openapi.json serves exactly the document generated from the route table."""
     async with harness() as h:
         assert await (await h.client.get("/openapi.json")).json() == DOC
+
+
+# ---------------------------------------------------------------------------
+# Regressions found by the schemathesis run (test_gateway_schemathesis.py)
+
+
+def _keys(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        return set(node) | {k for v in node.values() for k in _keys(v)}
+    if isinstance(node, list):
+        return {k for v in node for k in _keys(v)}
+    return set()
+
+
+def test_schemas_use_only_keywords_that_bind_as_the_models_do() -> None:
+    """No "ge"/"le" (unknown to JSON Schema, so unbounded) and no patternProperties (admits other keys)."""
+    assert not {"ge", "le", "gt", "lt", "patternProperties"} & _keys(DOC)
+    labels = DOC["components"]["schemas"]["JobCreateIn"]["properties"]["labels"]
+    assert labels["propertyNames"]["pattern"]
+    assert labels["additionalProperties"]["type"] == "string"
+    window = DOC["components"]["schemas"]["JobCreateIn"]["properties"]["catchup_window_ms"]
+    assert (window["minimum"], window["maximum"]) == (0, 30 * 86_400_000)
+
+
+def _parameter(operation_id: str, name: str) -> dict[str, Any]:
+    for ops in DOC["paths"].values():
+        for op in ops.values():
+            if op["operationId"] == operation_id:
+                return next(p for p in op["parameters"] if p["name"] == name)
+    raise AssertionError(operation_id)
+
+
+async def test_if_match_pattern_admits_exactly_versions_the_handler_takes() -> None:
+    """Every If-Match the document allows is taken as the version; the ones it refuses are 400."""
+    pattern = _parameter("update_job", "If-Match")["schema"]["pattern"]
+    async with harness() as h:
+        cases = (('"1"', True), ("1", True), ('W/"1"', True), ("0", False), ("v1", False))
+        for i, (value, documented) in enumerate(cases):
+            assert bool(re.search(pattern, value)) is documented
+            job_id = (await create(h, key=f"k{i}"))["job_id"]  # each at version 1
+            response = await h.client.put(
+                f"/v1/jobs/{job_id}", json=job_body(), headers={**auth("pay-owner"), "If-Match": value}
+            )
+            assert (response.status == 202) is documented, (value, response.status)
+
+
+async def test_documented_cursor_pattern_matches_the_cursors_handed_out() -> None:
+    """next_cursor values match the documented cursor pattern; a non-ASCII cursor is a 400 on cursor."""
+    (text, _null) = _parameter("list_jobs", "cursor")["schema"]["anyOf"]
+    pattern = text["pattern"]
+    async with harness() as h:
+        await create(h, key="a")
+        await create(h, key="b")
+        page = await (await h.client.get("/v1/jobs?limit=1", headers=auth("pay-owner"))).json()
+        assert re.search(pattern, page["next_cursor"])
+        response = await h.client.get("/v1/jobs?cursor=v1.%C3%98", headers=auth("pay-owner"))
+        assert response.status == 400
+        assert (await response.json())["field"] == "cursor"
+
+
+async def test_a_request_line_the_parser_refuses_is_a_documented_text_400() -> None:
+    """Over 8190 bytes the HTTP parser answers text/plain 400 before the app; every operation says so."""
+    async with harness() as h:
+        response = await h.client.get("/v1/jobs?name_prefix=" + "x" * 9_000, headers=auth("pay-owner"))
+        assert (response.status, response.content_type) == (400, "text/plain")
+    for ops in DOC["paths"].values():
+        for op in ops.values():
+            assert "text/plain" in op["responses"]["400"]["content"], op["operationId"]
+
+
+def test_ui_files_are_documented_with_the_media_types_served() -> None:
+    """/ui/{file} documents each media type the handler states, and file names as it accepts them."""
+    from tickwheel.gateway.handlers import STATIC_FALLBACK, STATIC_MEDIA
+
+    content = DOC["paths"]["/ui/{file}"]["get"]["responses"]["200"]["content"]
+    assert set(content) == {*STATIC_MEDIA.values(), STATIC_FALLBACK}
+    assert _parameter("ui_file", "file")["schema"]["pattern"]

@@ -98,6 +98,7 @@ class Route:
     ok: int = 200
     response: type[BaseModel] | None = None
     media: str = "application/json"
+    more_media: tuple[str, ...] = ()  # further media types of a model-less success answer
     query: type[BaseModel] | None = None
     body: type[BaseModel] | None = None
     auth: bool = True

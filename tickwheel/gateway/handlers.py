@@ -26,6 +26,7 @@ from tickwheel.gateway.auth import Principal, Role
 from tickwheel.gateway.context import Call, Reply
 from tickwheel.gateway.models import (
     JOB_ID_PATTERN,
+    STATIC_NAME_PATTERN,
     CheckOut,
     DeadLetterPage,
     HealthOut,
@@ -580,7 +581,12 @@ async def openapi(call: Call) -> Reply:
     return Reply(raw=call.request.app[OPENAPI_KEY], media="application/json")
 
 
-_STATIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_STATIC_NAME = re.compile(STATIC_NAME_PATTERN)
+# The UI's media types by suffix, stated rather than guessed: a guess reads the host's
+# mime.types (.js is application/javascript on one machine, text/javascript on the next),
+# and the OpenAPI document lists exactly these.
+STATIC_MEDIA = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+STATIC_FALLBACK = "application/octet-stream"
 
 
 async def ui_index(call: Call) -> web.StreamResponse:
@@ -600,7 +606,9 @@ def _static(call: Call, name: str) -> web.StreamResponse:
         raise not_found(
             f"UI file {name!r} (the UI is not installed)" if name == "index.html" else f"file {name!r}"
         )
-    return web.FileResponse(path)
+    media = STATIC_MEDIA.get(path.suffix)
+    content_type = f"{media}; charset=utf-8" if media else STATIC_FALLBACK
+    return web.FileResponse(path, headers={"Content-Type": content_type})
 
 
 OPENAPI_KEY = web.AppKey("openapi", bytes)

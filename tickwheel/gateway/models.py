@@ -4,8 +4,9 @@ These models are the single source of the API contract: handlers validate reques
 them and build responses from them, and ``openapi.py`` documents exactly them.
 
 Input models are strict (``"5"`` is not an integer, unknown fields are refused, NaN is not
-a number) and bounded (every string, list and number has a limit), so a request either
-maps to a well-formed domain command or is answered with a problem naming the field.
+a number; ``3.0`` is 3, as in JSON Schema) and bounded (every string, list and number has a
+limit), so a request either maps to a well-formed domain command or is answered with a
+problem naming the field.
 Output models carry no input patterns: jobs written by other producers through the client
 library are shown as they are.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from tickwheel.schemas.model import (
     CatchupPolicy,
@@ -33,6 +34,7 @@ from tickwheel.schemas.model import (
 
 TEAM_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+STATIC_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # a file of the web UI
 _LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
 _EXECUTOR_KIND_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 
@@ -63,7 +65,25 @@ Team = Annotated[str, Field(pattern=TEAM_PATTERN, description="lower-case team i
 JobId = Annotated[str, Field(pattern=JOB_ID_PATTERN, description="letters, digits and . _ : -; max 128")]
 Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_printable)]
 LabelValue = Annotated[str, Field(max_length=256), AfterValidator(lambda v: _printable(v) if v else v)]
-Duration = Annotated[int, Field(ge=0, le=30 * DAY_MS)]
+
+
+def _whole(value: Any) -> Any:
+    """3.0 as 3: JSON has one number type, and JSON Schema's ``integer`` includes 3.0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# An integer of a JSON body: strict (no strings, no booleans) but for integral floats. Bounds
+# go in the field's own Field(): stacked after the validator in an Annotated alias, pydantic
+# documents them as "ge"/"le", keywords JSON Schema does not know, instead of minimum/maximum.
+Whole = Annotated[int, BeforeValidator(_whole)]
+
+
+def _only_pattern_keys(schema: dict[str, Any]) -> None:
+    """Document a dict with constrained keys as the model validates it: pydantic emits
+    ``patternProperties``, which admits any key that does not match (with any value)."""
+    ((pattern, value),) = schema.pop("patternProperties").items()
+    schema["propertyNames"] = {"pattern": pattern}
+    schema["additionalProperties"] = value
 
 
 class _Input(BaseModel):
@@ -88,7 +108,7 @@ class CronIn(_Input):
 
 class OnceIn(_Input):
     kind: Literal["once"]
-    at_ms: int = Field(ge=0, le=LATEST_MS, description="UTC epoch milliseconds")
+    at_ms: Whole = Field(ge=0, le=LATEST_MS, description="UTC epoch milliseconds")
 
 
 ScheduleIn = Annotated[CronIn | OnceIn, Field(discriminator="kind")]
@@ -102,9 +122,9 @@ class ExecutorIn(_Input):
 
 
 class RetryIn(_Input):
-    max_attempts: int = Field(default=3, ge=1, le=100)
-    backoff_initial_ms: int = Field(default=1_000, ge=0, le=DAY_MS)
-    backoff_max_ms: int = Field(default=300_000, ge=0, le=7 * DAY_MS)
+    max_attempts: Whole = Field(default=3, ge=1, le=100)
+    backoff_initial_ms: Whole = Field(default=1_000, ge=0, le=DAY_MS)
+    backoff_max_ms: Whole = Field(default=300_000, ge=0, le=7 * DAY_MS)
     backoff_multiplier: float = Field(default=2.0, ge=1.0, le=100.0)
     jitter: float = Field(default=0.2, ge=0.0, le=1.0)
 
@@ -125,15 +145,15 @@ class JobSpecIn(_Input):
     pool: Team = "default"
     overlap: OverlapPolicy = OverlapPolicy.SKIP
     catchup: CatchupPolicy = CatchupPolicy.LATEST
-    catchup_window_ms: Duration = 3_600_000
-    spread_ms: int = Field(default=0, ge=0, le=DAY_MS)
-    jitter_ms: int = Field(default=0, ge=0, le=DAY_MS)
+    catchup_window_ms: Whole = Field(default=3_600_000, ge=0, le=30 * DAY_MS)
+    spread_ms: Whole = Field(default=0, ge=0, le=DAY_MS)
+    jitter_ms: Whole = Field(default=0, ge=0, le=DAY_MS)
     retry: RetryIn = Field(default_factory=RetryIn)
-    timeout_ms: int = Field(default=3_600_000, ge=1, le=7 * DAY_MS)
-    lease_ms: int = Field(default=60_000, ge=1_000, le=DAY_MS)
-    auto_pause_after: int = Field(default=0, ge=0, le=10_000)
+    timeout_ms: Whole = Field(default=3_600_000, ge=1, le=7 * DAY_MS)
+    lease_ms: Whole = Field(default=60_000, ge=1_000, le=DAY_MS)
+    auto_pause_after: Whole = Field(default=0, ge=0, le=10_000)
     labels: dict[Annotated[str, Field(pattern=_LABEL_KEY_PATTERN)], LabelValue] = Field(
-        default_factory=dict, max_length=32
+        default_factory=dict, max_length=32, json_schema_extra=_only_pattern_keys
     )
 
 
@@ -276,7 +296,19 @@ class _Query(BaseModel):
 
 
 Limit = Annotated[int, Field(ge=1, le=500, description="page size")]
-Cursor = Annotated[str, Field(min_length=1, max_length=2_048, description="next_cursor of the previous page")]
+# The shape of every cursor the read model hands out ("v1." + unpadded base64url): refusing
+# others here keeps them short and ASCII, so a query string always fits the HTTP parser's
+# request line (8190 bytes), where a non-ASCII one grows twelvefold once percent-encoded.
+_CURSOR_PATTERN = r"^v1\.[A-Za-z0-9_-]*$"
+Cursor = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=2_048,
+        pattern=_CURSOR_PATTERN,
+        description="next_cursor of the previous page",
+    ),
+]
 
 
 class JobListQuery(_Query):

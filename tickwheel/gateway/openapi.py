@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from tickwheel.gateway.context import Route
-from tickwheel.gateway.models import JOB_ID_PATTERN, ProblemOut
+from tickwheel.gateway.models import JOB_ID_PATTERN, STATIC_NAME_PATTERN, ProblemOut
 from tickwheel.gateway.problems import PROBLEM_JSON
 
 REF = "#/components/schemas/{model}"
@@ -24,7 +24,7 @@ _DESCRIPTIONS = {
     200: "OK",
     201: "Created",
     202: "Accepted",
-    400: "Malformed request",
+    400: "Malformed request (text/plain when the HTTP parser refused it, before the app)",
     401: "Missing or unknown token",
     403: "Not allowed for this token, or over a team quota",
     404: "Not found (or not visible to this token)",
@@ -37,6 +37,8 @@ _DESCRIPTIONS = {
     429: "Too many creates; see Retry-After",
     503: "Log unreachable; retry with the same Idempotency-Key",
 }
+
+_PARSER_400 = "Not HTTP the server can parse (e.g. a request line or header over 8190 bytes)"
 
 
 def _models(routes: Iterable[Route]) -> list[tuple[type[BaseModel], JsonSchemaMode]]:
@@ -103,7 +105,10 @@ def _path_params(route: Route) -> list[dict[str, Any]]:
             "name": name,
             "in": "path",
             "required": True,
-            "schema": {"type": "string"} if name == "file" else {"type": "string", "pattern": JOB_ID_PATTERN},
+            "schema": {
+                "type": "string",
+                "pattern": STATIC_NAME_PATTERN if name == "file" else JOB_ID_PATTERN,
+            },
         }
         for name in names
     ]
@@ -151,6 +156,10 @@ def _responses(route: Route, refs: dict[Any, Any]) -> dict[str, Any]:
             str(status),
             {"description": _DESCRIPTIONS.get(status, "Error"), "content": {PROBLEM_JSON: problem}},
         )
+    # Below the app, aiohttp's HTTP parser answers a request it cannot read (a request line or
+    # a header over 8190 bytes, say) with a text/plain 400 that no middleware sees: any route.
+    malformed = responses.setdefault("400", {"description": _PARSER_400, "content": {}})
+    malformed["content"]["text/plain"] = {"schema": {"type": "string"}}
     return responses
 
 
@@ -158,8 +167,11 @@ def _success(
     route: Route, model: type[BaseModel] | None, refs: dict[Any, Any], description: str
 ) -> dict[str, Any]:
     if model is None:
-        schema = {"type": "object"} if route.media == "application/json" else {"type": "string"}
-        return {"description": description, "content": {route.media: {"schema": schema}}}
+        content = {
+            media: {"schema": {"type": "object"} if media == "application/json" else {"type": "string"}}
+            for media in (route.media, *route.more_media)
+        }
+        return {"description": description, "content": content}
     return {
         "description": description,
         "content": {"application/json": {"schema": _ref(refs, model, "serialization")}},

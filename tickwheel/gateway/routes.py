@@ -61,7 +61,14 @@ IDEMPOTENCY_KEY_OPTIONAL = Header(
     "Optional here: derived from the job version when absent",
     pattern=IDEMPOTENCY_KEY.pattern,
 )
-IF_MATCH = Header("If-Match", 'The version of the job the change is based on, e.g. "3"', required=True)
+IF_MATCH = Header(
+    "If-Match",
+    'The version of the job the change is based on, e.g. "3"',
+    required=True,
+    # The versions the handler accepts (1 to 2**31-1, quoted or not); documented up to 9 digits,
+    # a range no job reaches, so that every value matching the pattern is a version.
+    pattern=r'^(?:W/)?"?[1-9][0-9]{0,8}"?$',
+)
 
 _READ = (400, 401, 404)
 _MUTATION = (400, 401, 403, 404, 409, 412, 413, 415, 422, 429, 503)
@@ -278,7 +285,7 @@ ROUTES: tuple[Route, ...] = (
         "The web UI",
         h.ui_index,
         "ui",
-        media="text/html",
+        media=h.STATIC_MEDIA[".html"],
         auth=False,
         problems=(404,),
     ),
@@ -289,7 +296,8 @@ ROUTES: tuple[Route, ...] = (
         "A file of the web UI",
         h.ui_file,
         "ui",
-        media="application/octet-stream",
+        media=h.STATIC_FALLBACK,
+        more_media=tuple(h.STATIC_MEDIA.values()),
         auth=False,
         problems=(404,),
     ),
