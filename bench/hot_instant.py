@@ -14,8 +14,11 @@ Two cases: without look-ahead (every RunDue decided at or after T) and with look
 (``lookahead_ms`` long enough that RunDue are committed before T with ``not_before = T``;
 workers then hold them until T, so the burst leaves the critical instant).
 
-Lag to worker start needs a worker fleet and is measured by ``bench/hot_instant_workers.py``
-where present; this benchmark isolates the processor.
+With ``--workers K`` each round also runs K worker processes (pool ``default``, no-op
+executor) and measures the lag from T to worker start: each attempt's ``RunStarted.at_ms``
+(taken just before the worker calls the executor) minus T, clamped at 0, over the first
+RunStarted of every run. The workers share the two cores with the processor and the broker,
+so the dispatch rate of such a round is lower than the processor's alone.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -46,7 +50,7 @@ from bench.common import (
 )
 from tickwheel.client import CommandClient
 from tickwheel.schemas import mappers
-from tickwheel.schemas.model import CommandMeta, CreateJob, ExecutorSpec, JobSpec, OneTime, RunDue
+from tickwheel.schemas.model import CommandMeta, CreateJob, ExecutorSpec, JobSpec, OneTime, RunDue, RunStarted
 from tickwheel.settings import Settings
 from tickwheel.topics import create_topics
 
@@ -114,8 +118,47 @@ async def _collect_run_dues(settings: Settings, n: int, timeout_s: float) -> lis
     return seen
 
 
-async def hot_round(bootstrap: str, n: int, lookahead_ms: int) -> dict[str, float]:
-    """One hot instant of n jobs through a processor subprocess."""
+async def _collect_starts(settings: Settings, n: int, timeout_s: float) -> dict[str, int]:
+    """run id -> ``at_ms`` of its first RunStarted, until n runs started or the timeout."""
+    consumer = AIOKafkaConsumer(
+        settings.topic("outcomes"),
+        bootstrap_servers=settings.bootstrap_servers,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    started: dict[str, int] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(started) < n and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            for records in batch.values():
+                for record in records:
+                    event = mappers.outcome_from_bytes(record.value)
+                    if isinstance(event, RunStarted):
+                        started.setdefault(event.run_id, event.at_ms)
+    finally:
+        await consumer.stop()
+    return started
+
+
+def _start_workers(env: dict[str, str], count: int, home: Path) -> list[subprocess.Popen[bytes]]:
+    """``count`` worker processes of pool default (no-op executor), logs under ``home``."""
+    workers = []
+    for i in range(count):
+        worker_env = {**env, "TICKWHEEL_WORKER_ID": f"bench-w{i}", "TICKWHEEL_WORKER_CONCURRENCY": "256",
+                      "TICKWHEEL_WORKER_MAX_PENDING": "20000"}
+        with (home / f"worker-{i}.log").open("ab") as log:
+            workers.append(subprocess.Popen(
+                [sys.executable, "-m", "tickwheel.workers.cli", "--pool", "default"], env=worker_env,
+                stdout=subprocess.DEVNULL, stderr=log,
+            ))
+    return workers
+
+
+async def hot_round(bootstrap: str, n: int, lookahead_ms: int, workers: int = 0) -> dict[str, float]:
+    """One hot instant of n jobs through a processor subprocess (and ``workers`` workers)."""
     home = Path(tempfile.mkdtemp(prefix="tw-hot-"))
     name = f"hot{os.getpid()}x{_now_ms() % 10_000_000}"
     settings = Settings(
@@ -132,6 +175,8 @@ async def hot_round(bootstrap: str, n: int, lookahead_ms: int) -> dict[str, floa
         [sys.executable, "-m", "tickwheel", "processor"], env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+    fleet = _start_workers(env, workers, home)
+    starts: dict[str, int] = {}
     try:
         # Far enough ahead that registration and its absorption finish before the window
         # in which the processor may dispatch (T - lookahead).
@@ -143,35 +188,49 @@ async def hot_round(bootstrap: str, n: int, lookahead_ms: int) -> dict[str, floa
         if absorbed_at > instant - lookahead_ms:
             say(f"  warning: registration absorbed {absorbed_at - instant + lookahead_ms} ms into the window")
         seen = await _collect_run_dues(settings, n, timeout_s=n / 500 + 120)
+        if workers:
+            starts = await _collect_starts(settings, n, timeout_s=n / 200 + 120)
     finally:
-        processor.terminate()
-        processor.wait(timeout=30)
+        for proc in (processor, *fleet):
+            proc.terminate()
+        for proc in (processor, *fleet):
+            proc.wait(timeout=30)
     if len(seen) < n:
         raise RuntimeError(f"only {len(seen)} of {n} RunDue committed")
+    if workers and len(starts) < n:
+        raise RuntimeError(f"only {len(starts)} of {n} runs started by the workers")
     commits = [ts for ts, _ in seen]
     lags = [float(max(0, ts - due.not_before_ms)) for ts, due in seen]
     # The dispatch window: from the first RunDue the processor may emit to the last one.
     first_allowed = instant - lookahead_ms
     span_ms = max(1, max(commits) - max(first_allowed, min(commits)))
+    start_lags = [float(max(0, at - instant)) for at in starts.values()] or [float("nan")]
     return {
         "rate": n / (span_ms / 1000),
         "lag_p50_ms": _percentile(lags, 0.50),
         "lag_p99_ms": _percentile(lags, 0.99),
         "lag_max_ms": float(max(lags)),
+        "start_p50_ms": _percentile(start_lags, 0.50),
+        "start_p99_ms": _percentile(start_lags, 0.99),
+        "start_max_ms": float(max(start_lags)),
         "registration_rate": registration_rate,
     }
 
 
-async def _main_async(args: object, n: int, rounds: int, lookahead_ms: int, bootstrap: str) -> BenchResult:
+async def _main_async(
+    n: int, rounds: int, lookahead_ms: int, bootstrap: str, workers: int
+) -> BenchResult:
     work = Workload(records=50_000)
     cases: dict[str, Callable[[], Awaitable[dict[str, float]]]] = {
         RAW_LIMIT_LABEL: lambda: raw_txn_produce(bootstrap, work),
-        "hot instant, no look-ahead": lambda: hot_round(bootstrap, n, 0),
-        f"hot instant, look-ahead {lookahead_ms // 1000} s": lambda: hot_round(bootstrap, n, lookahead_ms),
+        "hot instant, no look-ahead": lambda: hot_round(bootstrap, n, 0, workers),
+        f"hot instant, look-ahead {lookahead_ms // 1000} s": lambda: hot_round(
+            bootstrap, n, lookahead_ms, workers
+        ),
     }
     results = await run_rounds_async(cases, rounds)
     limit = results[RAW_LIMIT_LABEL]["rate"].median
-    rows = [[RAW_LIMIT_LABEL, f"{limit:,.0f}", "1.00", "", "", "", ""]]
+    rows = [[RAW_LIMIT_LABEL, f"{limit:,.0f}", "1.00", "", "", "", "", ""]]
     for name, metrics in results.items():
         if name == RAW_LIMIT_LABEL:
             continue
@@ -179,17 +238,20 @@ async def _main_async(args: object, n: int, rounds: int, lookahead_ms: int, boot
         rows.append([
             name, f"{rate:,.0f}", format_ratio(rate / limit if limit else None),
             f"{metrics['lag_p50_ms'].median:,.0f}", f"{metrics['lag_p99_ms'].median:,.0f}",
-            f"{metrics['lag_max_ms'].median:,.0f}", f"{metrics['registration_rate'].median:,.0f}",
+            f"{metrics['lag_max_ms'].median:,.0f}",
+            _start_cell(metrics) if workers else "not measured",
+            f"{metrics['registration_rate'].median:,.0f}",
         ])
     table = format_table(
-        ["case", "RunDue/s (median)", "x raw txn limit", "lag p50 ms", "lag p99 ms", "lag max ms",
-         "register jobs/s"],
+        ["case", "RunDue/s (median)", "x raw txn limit", "commit lag p50 ms", "commit lag p99 ms",
+         "commit lag max ms", "start lag p50/p99/max ms", "register jobs/s"],
         rows,
     )
     return BenchResult(
         name="hot-instant",
-        title=f"Hot instant of {n:,} one-time jobs, {PARTITIONS} partitions, one processor process",
-        params={"jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms},
+        title=f"Hot instant of {n:,} one-time jobs, {PARTITIONS} partitions, one processor process"
+        + (f", {workers} worker processes" if workers else ""),
+        params={"jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms, "workers": workers},
         table=table,
         notes=(
             "lag = RunDue commit timestamp - due instant, clamped at 0 (look-ahead commits early);"
@@ -198,15 +260,20 @@ async def _main_async(args: object, n: int, rounds: int, lookahead_ms: int, boot
     )
 
 
+def _start_cell(metrics: dict[str, Any]) -> str:
+    return "/".join(f"{metrics[k].median:,.0f}" for k in ("start_p50_ms", "start_p99_ms", "start_max_ms"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_argparser("hot-instant", __doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, help="jobs due at the instant (default 100,000; quick 10,000)")
     parser.add_argument("--lookahead-ms", type=int, default=30_000)
+    parser.add_argument("--workers", type=int, default=0, help="worker processes: also measure lag to start")
     args = parser.parse_args(argv)
     n = args.jobs or (10_000 if args.quick else 100_000)
     rounds = args.rounds or (1 if args.quick else 3)
     with bench_broker(args.bootstrap) as broker:
-        result = asyncio.run(_main_async(args, n, rounds, args.lookahead_ms, broker.bootstrap))
+        result = asyncio.run(_main_async(n, rounds, args.lookahead_ms, broker.bootstrap, args.workers))
     emit(result, args)
     return 0
 
