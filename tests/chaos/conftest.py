@@ -43,6 +43,7 @@ class Scale:
 
 SMALL = Scale("small", 1, 2_000, 2, 2, 4, 60, 2, 2, (12, 15), 100, 7)
 LARGE = Scale("large", 20, 100_000, 100, 50, 200, 2_000, 10, 50, (5, 60), 1_000, 7)
+LARGE_TIMEOUT_S = 4 * 3600
 
 
 def current_scale() -> Scale:
@@ -75,6 +76,11 @@ def chaos_report() -> Callable[..., None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if current_scale().name == "large":
+        # The scenarios' timeouts fit the small scale; a large run is bounded by its counts.
+        for item in items:
+            if "tests/chaos" in str(item.fspath):
+                item.add_marker(pytest.mark.timeout(LARGE_TIMEOUT_S))
     if os.environ.get("TICKWHEEL_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: set TICKWHEEL_SLOW=1 (tickwheel chaos --scale large)")
