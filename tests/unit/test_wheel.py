@@ -66,6 +66,25 @@ def test_refill_loads_only_the_horizon_and_is_free_when_nothing_moved() -> None:
     assert wheel.size() == 4
 
 
+def test_ticks_through_an_empty_stretch_read_the_store_once_then_never() -> None:
+    """Nothing due for days: one seek learns the next timer; later ticks touch no store."""
+    store = CountingStore()
+    far = 3 * 86_400_000
+    store.apply(StoreBatch({}, {Timer(far, "far", F)}, set()))
+    wheel = TimingWheel(store, slot_ms=100, horizon_ms=60_000)
+    wheel.refill(0)
+    reads = store.reads
+    for now in range(100, 100_000, 100):  # a thousand ticks
+        wheel.refill(now)
+        assert wheel.due(now) == []
+    assert store.reads == reads
+    # A timer committed inside the stretch (through apply, as every step does) is seen.
+    commit(store, wheel, {Timer(150_000, "near", F)}, set())
+    wheel.refill(100_000)
+    assert wheel.due(150_000) == [Timer(150_000, "near", F)]
+    assert wheel.due(far) == [Timer(150_000, "near", F), Timer(far, "far", F)]
+
+
 def test_due_inside_the_horizon_reads_no_store() -> None:
     """due() within the loaded horizon is answered from memory alone."""
     store = CountingStore()

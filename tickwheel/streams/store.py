@@ -416,6 +416,11 @@ class RocksDBStore:
         value: bytes | None = self._open().jobs.get(job_id.encode())
         return value
 
+    def compact_timers(self) -> None:
+        """Merge the timer index into one sorted run (blocking): a bulk load leaves many
+        overlapping files, and every seek pays for each until background compaction ends."""
+        self._open().timers.compact_range(None, None)
+
     def get_many(self, job_ids: Iterable[str]) -> dict[str, bytes]:
         """The state bytes of each present job id, fetched with one RocksDB multi-get."""
         h = self._open()

@@ -10,7 +10,11 @@ The watermark is a key: normally the start of a millisecond, but a bounded refil
 in the middle of a hot instant and resume there on the next tick.
 
 ``refill(now)`` moves the watermark towards ``now + horizon``, loading only the store range it
-crosses: O(entries loaded), and free when the horizon has not moved past new entries.
+crosses: O(entries loaded), and free when the horizon has not moved past new entries. When a
+crossed range held nothing, one more seek learns when the store's next timer is due (the
+*store floor*); until the horizon reaches it, ticks move the watermark without reading the
+store at all, so a tick with nothing due costs the same at 10 thousand or 10 million timers.
+Every timer added above the watermark passes through ``apply``, which lowers the floor.
 ``apply`` mirrors a committed store batch, keeping only timers below the watermark, so a timer
 is either in memory or waiting in the store above the watermark, never both, never neither.
 
@@ -31,6 +35,8 @@ from tickwheel.streams.timers import Timer, due_prefix
 
 # timers_between needs a limit; the wheel wants the whole range it crosses.
 _ALL = 1 << 62
+# One past the largest due time a timer key can hold (unsigned 64-bit milliseconds).
+_NEVER_MS = 1 << 64
 # Field order is key order (UTF-8 preserves code point order and job ids hold no NUL, the
 # key's separator); attrgetter builds the tuples in C, many times faster than Timer.__lt__.
 _KEY_ORDER = attrgetter("due_ms", "job_id", "kind", "run_id")
@@ -138,6 +144,8 @@ class TimingWheel:
         # at _mark_ms the ones with key < _mark_key (none when _mark_key is None).
         self._mark_ms = 0
         self._mark_key: bytes | None = None
+        # No store timer above the watermark is due before this (None: not known).
+        self._store_floor_ms: int | None = None
 
     def refill(self, now_ms: int) -> int:
         """Load the store's timers due before ``now_ms + horizon_ms`` not yet in memory, at
@@ -173,6 +181,8 @@ class TimingWheel:
         for timer in added:
             if self._below_mark(timer):
                 self._add(timer)
+            elif self._store_floor_ms is not None and timer.due_ms < self._store_floor_ms:
+                self._store_floor_ms = timer.due_ms
 
     def size(self) -> int:
         """The number of timers in memory."""
@@ -195,17 +205,30 @@ class TimingWheel:
         """Move the watermark towards ``until_ms``, loading at most ``limit`` timers."""
         if until_ms <= self._mark_ms:
             return 0
+        if self._store_floor_ms is not None and until_ms <= self._store_floor_ms:
+            self._mark_ms, self._mark_key = until_ms, None  # the store has nothing before it
+            return 0
         start = due_prefix(self._mark_ms) if self._mark_key is None else self._mark_key
         loaded = self._store.timers_from(start, until_ms, limit)
         for timer in loaded:
             self._add(timer)
         if len(loaded) < limit:
             self._mark_ms, self._mark_key = until_ms, None
+            # An empty range means a sparse stretch: learn where it ends (one seek), then
+            # skip the store until the horizon gets there. A dense stretch keeps one seek
+            # per tick, as before.
+            self._store_floor_ms = self._next_store_due(until_ms) if not loaded else None
         else:
             # There may be more: stop right after the last key read (its smallest successor).
             last = loaded[-1]
             self._mark_ms, self._mark_key = last.due_ms, last.key() + b"\x00"
+            self._store_floor_ms = None
         return len(loaded)
+
+    def _next_store_due(self, from_ms: int) -> int:
+        """When the store's first timer due at or after ``from_ms`` is due (far future if none)."""
+        first = self._store.timers_between(from_ms, _NEVER_MS, 1)
+        return first[0].due_ms if first else _NEVER_MS
 
     def _add(self, timer: Timer) -> None:
         index = timer.due_ms // self._slot_ms
