@@ -26,7 +26,7 @@ from tests.unit.test_projection_events import (
 from tickwheel.projections import runtime
 from tickwheel.projections.kv import RocksKV
 from tickwheel.projections.metrics import ProjectionMetrics
-from tickwheel.projections.readmodel import JobFilter, ReadModel
+from tickwheel.projections.readmodel import PROJECTED_TOPICS, JobFilter, ReadModel
 from tickwheel.schemas import mappers
 from tickwheel.schemas.model import JobStatus, RunStatus, RunTrigger
 from tickwheel.settings import Settings
@@ -199,7 +199,7 @@ async def test_lag_reaches_zero_on_transactional_topics(settings: Settings, log:
         assert sum(before.values()) >= len(ROUND_ONE)
         await runtime.fold_to_end(settings, kv)
         after = await runtime.update_lag(settings, probe, ReadModel(kv), metrics)
-        assert after == dict.fromkeys(("job-events", "runs", "outcomes", "logs", "dlq"), 0)
+        assert after == dict.fromkeys(PROJECTED_TOPICS, 0)
     finally:
         await probe.stop()
         kv.close()

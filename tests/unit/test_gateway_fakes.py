@@ -3,6 +3,9 @@
 ``FakeSink`` records appended commands and audit records and, like a tiny processor, folds
 the answer events each command would cause into the in-memory read model, so a created job
 is visible to the next request. ``answer=False`` makes it a silent log (nothing answers).
+It folds each audit record too, as the projector would (``fold_audit=False`` holds them back,
+like a projection that has not caught up). A gateway "restart" is a second :func:`harness`
+over the same store and sink: a new app with an empty in-process key cache.
 """
 
 from __future__ import annotations
@@ -79,19 +82,24 @@ class ManualClock:
 @dataclass
 class FakeLag:
     value: dict[str, int] | None = field(default_factory=lambda: {"job-events": 0, "runs": 0})
+    end_offsets: dict[tuple[str, int], int] | None = field(default_factory=dict)
 
     async def lag(self, positions: Mapping[tuple[str, int], int]) -> dict[str, int] | None:
         return self.value
+
+    async def ends(self) -> dict[tuple[str, int], int] | None:
+        return self.end_offsets
 
 
 class FakeSink:
     """A command log that answers like the processor (when ``answer``) into the read model."""
 
-    def __init__(self, kv: MemoryKV, *, answer: bool = True) -> None:
+    def __init__(self, kv: MemoryKV, *, answer: bool = True, fold_audit: bool = True) -> None:
         self.kv = kv
         self.model = ReadModel(kv)
         self.feeder = Feeder(kv)
         self.answer = answer
+        self.fold_audit = fold_audit
         self.down = False
         self.commands: list[Command] = []
         self.audits: list[AuditRecord] = []
@@ -102,6 +110,8 @@ class FakeSink:
             raise ConnectionError("broker unreachable")
         self.commands.append(command)
         self.audits.append(audit)
+        if self.fold_audit:
+            self.feeder.feed(audit)
         if self.answer and command.meta.command_id not in self._seen:
             self._seen.add(command.meta.command_id)
             self.feeder.feed(*answers(self.model.job(command.meta.job_id), command, NOW_MS))
@@ -185,11 +195,14 @@ async def harness(
     config: GatewayConfig | None = None,
     static_dir: Path | None = None,
     settings: Settings | None = None,
+    sink: FakeSink | None = None,
+    lag: FakeLag | None = None,
 ) -> AsyncIterator[Harness]:
-    """A gateway app on a test server with fakes and an in-memory read model."""
-    kv = MemoryKV()
-    sink = FakeSink(kv, answer=answer)
-    clock, lag = ManualClock(), FakeLag()
+    """A gateway app on a test server with fakes and an in-memory read model (``sink``'s, when
+    given: a restarted gateway over the same log and store)."""
+    sink = sink or FakeSink(MemoryKV(), answer=answer)
+    kv = sink.kv
+    clock, lag = ManualClock(), lag or FakeLag()
     config = config or GatewayConfig(wait_timeout_ms=200, answer_poll_ms=5)
     settings = settings or Settings(min_interval_ms=60_000)
     extra = {} if static_dir is None else {"static_dir": static_dir}

@@ -5,8 +5,10 @@ from __future__ import annotations
 from tickwheel.projections.fold import Position
 from tickwheel.projections.kv import KV
 from tickwheel.projections.readmodel import Projector, RawRecord
+from tickwheel.projections.views import audit_detail
 from tickwheel.schemas import mappers
 from tickwheel.schemas.model import (
+    AuditRecord,
     CronSchedule,
     DeadLetter,
     ExecutorSpec,
@@ -167,6 +169,21 @@ def dead_letter(job_id: str = "job-1", reason: str = "attempts_exhausted: run r-
     return DeadLetter("runs", -1, -1, job_id.encode(), None, reason, T0 + 14_000, "[]")
 
 
+def audit(
+    command_id: str = "c-1",
+    job_id: str = "job-1",
+    *,
+    action: str = "create",
+    fingerprint: str = "a" * 64,
+    at_ms: int = T0,
+    detail: str = "nightly",
+    principal: str = "alice",
+) -> AuditRecord:
+    """A gateway's audit record; its detail carries ``fingerprint`` unless that is empty."""
+    text = audit_detail(detail, fingerprint) if fingerprint else detail
+    return AuditRecord(principal, "payments", "req-1", command_id, action, job_id, at_ms, text)
+
+
 TOPIC_OF = {
     JobAccepted: "job-events",
     JobChanged: "job-events",
@@ -179,6 +196,7 @@ TOPIC_OF = {
     RunFailed: "outcomes",
     LogChunk: "logs",
     DeadLetter: "dlq",
+    AuditRecord: "audit",
 }
 
 
@@ -214,6 +232,6 @@ class Feeder:
 
 def test_builders_round_trip_through_the_avro_mappers() -> None:
     """Every event a test builds here is one the projector can decode from its topic."""
-    events = [*life(), heartbeat(), failed(), rejected(), changed(), dead_letter()]
+    events = [*life(), heartbeat(), failed(), rejected(), changed(), dead_letter(), audit()]
     for event in events:
         assert mappers.from_bytes(mappers.to_bytes(event)) == event  # type: ignore[arg-type]

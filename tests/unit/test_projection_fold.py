@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +14,7 @@ from tests.unit.test_projection_events import (
     TOPIC_OF,
     Feeder,
     accepted,
+    audit,
     changed,
     chunk,
     dead_letter,
@@ -28,7 +31,14 @@ from tickwheel.projections import fold as fold_module
 from tickwheel.projections.fold import Changes, Position, fold, run_contribution
 from tickwheel.projections.kv import MemoryKV
 from tickwheel.projections.readmodel import Batch, ReadModel
-from tickwheel.projections.views import Counts, JobView, RunView
+from tickwheel.projections.views import (
+    Counts,
+    JobView,
+    KeyClaim,
+    RunView,
+    audit_detail,
+    audit_fingerprint,
+)
 from tickwheel.schemas.model import (
     JobStatus,
     OneTime,
@@ -51,6 +61,7 @@ class DictView:
         self.runs: dict[str, RunView] = {}
         self.logs: set[tuple[str, int, int]] = set()
         self.stats: dict[str, Counts] = {}
+        self.claims: dict[str, KeyClaim] = {}
 
     def job(self, job_id: str) -> JobView | None:
         return self.jobs.get(job_id)
@@ -61,10 +72,14 @@ class DictView:
     def has_log(self, run_id: str, attempt: int, seq: int) -> bool:
         return (run_id, attempt, seq) in self.logs
 
+    def claim(self, command_id: str) -> KeyClaim | None:
+        return self.claims.get(command_id)
+
     def apply(self, changes: Changes) -> Changes:
         self.jobs.update({j.job_id: j for j in changes.jobs})
         self.runs.update({r.run_id: r for r in changes.runs})
         self.logs.update((line.run_id, line.attempt, line.seq) for line in changes.logs)
+        self.claims.update({c.command_id: c for c in changes.claims})
         for team, delta in changes.stats:
             self.stats[team] = self.stats.get(team, Counts()).plus(delta)
         return changes
@@ -306,6 +321,10 @@ def _two_jobs() -> list[object]:
         due("r-2", "job-2", attempt=2, team="search", trigger=RunTrigger.RETRY),
         rejected("job-1", "c-77"),
         settled("r-3", "job-1", status=RunStatus.FAILED),
+        audit("c-job-1", "job-1", at_ms=T0 + 5),
+        audit("c-job-1", "job-1", at_ms=T0 + 9),  # a retry
+        audit("c-job-2", "job-2", fingerprint="", at_ms=T0 + 1),
+        audit("c-job-2", "job-x", fingerprint="b" * 64, at_ms=T0 + 7),  # a reuse, another job
     ]
     return events
 
@@ -355,3 +374,63 @@ def test_fold_through_batch_matches_dict_view() -> None:
     assert model.job("job-1") == view.jobs["job-1"]
     assert model.run("r-1") == view.runs["r-1"]
     assert model.stats("payments") == view.stats["payments"]
+
+
+# ---------------------------------------------------------------------------
+# Idempotency-key claims from audit records
+
+
+def test_audit_record_claims_its_key_with_the_request_fingerprint() -> None:
+    """An audit record folds to a key claim: command id, principal, action, job and fingerprint."""
+    view = DictView()
+    changes = view.fold(audit("c-5", "job-a", action="pause", fingerprint="f" * 64, at_ms=T0 + 3))
+    assert changes.claims == (KeyClaim("c-5", "alice", "pause", "job-a", T0 + 3, "f" * 64),)
+    assert changes.jobs == ()
+    assert changes.stats == ()
+
+
+def test_retry_keeps_the_first_claim_and_changes_nothing() -> None:
+    """A later audit record of the same request (a retry) leaves the first claim as it was."""
+    view = DictView()
+    view.fold(audit("c-5", at_ms=T0))
+    assert view.fold(audit("c-5", at_ms=T0 + 50)) == Changes()
+    assert view.claims["c-5"].at_ms == T0
+
+
+def test_the_earliest_claim_wins_in_any_order() -> None:
+    """Claims of one command id, folded in every order, leave the same one: known fingerprints
+    first, then the earliest."""
+    claims = [
+        audit("c-5", "job-a", fingerprint="a" * 64, at_ms=T0 + 20),
+        audit("c-5", "job-b", fingerprint="b" * 64, at_ms=T0 + 10),
+        audit("c-5", "job-c", fingerprint="", at_ms=T0),
+        audit("c-5", "job-b", fingerprint="b" * 64, at_ms=T0 + 30),
+    ]
+    found = set()
+    for order in itertools.permutations(claims):
+        view = DictView()
+        view.fold(*order)
+        found.add(view.claims["c-5"])
+    assert found == {KeyClaim("c-5", "alice", "create", "job-b", T0 + 10, "b" * 64)}
+
+
+def test_audit_record_without_command_id_claims_nothing() -> None:
+    """An audit record naming no command (none is written so, but input is input) is skipped."""
+    assert DictView().fold(audit("")) == Changes()
+
+
+@pytest.mark.parametrize(
+    ("text", "fingerprint"),
+    [("nightly", "0" * 64), ("", "1" * 64), ("a name with request-sha256= inside", "2" * 64)],
+)
+def test_audit_detail_carries_the_fingerprint_after_the_text(text: str, fingerprint: str) -> None:
+    """The fingerprint is the detail's last word and reads back whatever the text was."""
+    detail = audit_detail(text, fingerprint)
+    assert detail.startswith(text)
+    assert audit_fingerprint(detail) == fingerprint
+
+
+@pytest.mark.parametrize("detail", ["", "nightly", "expected_version=3", "request-sha256=short"])
+def test_detail_without_a_fingerprint_reads_as_unknown(detail: str) -> None:
+    """Details written before fingerprints were recorded (or malformed ones) carry none."""
+    assert audit_fingerprint(detail) == ""

@@ -10,6 +10,7 @@ from tests.unit.test_projection_events import (
     T0,
     Feeder,
     accepted,
+    audit,
     changed,
     chunk,
     dead_letter,
@@ -179,3 +180,16 @@ def test_positions_move_with_the_folded_records_and_skip_undecodable() -> None:
     )
     assert ReadModel(kv).positions() == {("runs", 2): 9, ("logs", 0): 4}
     assert projector.undecodable == 2
+
+
+def test_key_claim_is_folded_from_the_audit_topic() -> None:
+    """The projector decodes audit records from their topic into claims found by command id."""
+    kv = MemoryKV()
+    feeder = Feeder(kv)
+    feeder.feed(audit("c-7", "job-7", fingerprint="e" * 64), audit("c-7", "job-8", at_ms=T0 + 1))
+    model = ReadModel(kv)
+    claim = model.claim("c-7")
+    assert claim is not None
+    assert (claim.job_id, claim.fingerprint) == ("job-7", "e" * 64)
+    assert model.claim("c-nope") is None
+    assert model.positions() == {("audit", 0): 2}

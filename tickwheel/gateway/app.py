@@ -37,7 +37,7 @@ from tickwheel.gateway.metrics import GatewayMetrics
 from tickwheel.gateway.openapi import document
 from tickwheel.gateway.ports import Clock, CommandSink, KafkaLag, KafkaSink, LagSource, SystemClock
 from tickwheel.gateway.problems import FieldError, ProblemError, render, validation
-from tickwheel.gateway.reads import ReadService
+from tickwheel.gateway.reads import ReadService, StartFence
 from tickwheel.gateway.routes import ROUTES
 from tickwheel.gateway.waiting import CommandWaiter
 from tickwheel.projections.kv import RocksKV
@@ -117,6 +117,7 @@ def _lifecycle(
                 clock=given.clock,
                 limiter=RateLimiter(config.creates_per_second, config.create_burst),
                 keys=IdempotencyKeys(config.idempotency_cache),
+                fence=StartFence(reads, given.lag.ends),
                 metrics=GatewayMetrics.create(),
                 static_dir=static_dir,
             )

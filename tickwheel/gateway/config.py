@@ -28,7 +28,11 @@ class GatewayConfig(BaseSettings):
     refresh_ms: int = Field(default=100, ge=10)
     # /readyz fails while the projection is further behind than this many records.
     max_ready_lag: int = Field(default=10_000, ge=0)
-    # Remembered idempotency keys (per process) to refuse a reused key with another body.
+    # Remembered idempotency keys (per process) to refuse a reused key with another body
+    # before the read model has folded the key's audit record.
     idempotency_cache: int = Field(default=100_000, ge=0)
+    # After a start, how long a mutation waits for the read model to fold the audit log and
+    # the answers as they stood (so a key used before the restart is known), before a 503.
+    catchup_timeout_ms: int = Field(default=5_000, ge=0, le=60_000)
     # JSON list of token entries, like the tokens file (see auth.py).
     tokens: SecretStr | None = None

@@ -21,7 +21,7 @@ from tickwheel.gateway.config import GatewayConfig
 from tickwheel.gateway.limits import IdempotencyKeys, RateLimiter
 from tickwheel.gateway.metrics import GatewayMetrics
 from tickwheel.gateway.ports import Clock, CommandSink, LagSource
-from tickwheel.gateway.reads import ReadService
+from tickwheel.gateway.reads import ReadService, StartFence
 from tickwheel.gateway.waiting import CommandWaiter
 from tickwheel.settings import Settings
 
@@ -40,6 +40,7 @@ class Gateway:
     clock: Clock
     limiter: RateLimiter
     keys: IdempotencyKeys
+    fence: StartFence
     metrics: GatewayMetrics
     static_dir: Path
 

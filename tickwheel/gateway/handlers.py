@@ -9,6 +9,11 @@ retried request appends the same command, which the processor handles once. A co
 answer is already in the read model is not appended again. Without ``?wait=committed`` the
 answer is 202 with what is known now; with it, the processor's answer (201/200 or a problem),
 or 202 when the wait times out.
+
+One key, one request: the processor dedupes command ids per job only, so a key reused for
+another request (another job, another body) must be refused here, by any gateway and after
+any restart (:func:`_check_key`). The audit record of each mutation carries the request's
+fingerprint; the read model folds the first one per command id into a key claim.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import hashlib
 import json
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -53,7 +59,7 @@ from tickwheel.gateway.present import (
 )
 from tickwheel.gateway.problems import ProblemError, forbidden, not_found, validation
 from tickwheel.projections.readmodel import JobFilter, ReadModel
-from tickwheel.projections.views import CommandAnswer, JobView, RunView
+from tickwheel.projections.views import CommandAnswer, JobView, KeyClaim, RunView, audit_detail
 from tickwheel.schemas.model import (
     AuditRecord,
     CancelJob,
@@ -203,7 +209,7 @@ def _meta(call: Call, job_id: str, key: str) -> CommandMeta:
     )
 
 
-async def _submit(call: Call, command: Command, action: str, team: str, detail: str = "") -> None:
+async def _submit(call: Call, command: Command, action: str, team: str, detail: str) -> None:
     gateway, meta = call.gateway, command.meta
     audit = AuditRecord(
         principal=meta.principal,
@@ -232,17 +238,95 @@ async def _answer(call: Call, command_id: str) -> CommandAnswer | None:
     return await call.gateway.reads.call(lambda m: m.answer(command_id))
 
 
-def _check_reuse(call: Call, key: str, payload: Any) -> bool | None:
-    """None for a new key, True for a retry of the same request; refuses another request."""
-    retry = call.gateway.keys.check(call.who().name, key, _fingerprint(call, payload))
-    if retry is False:
+# The change an accepted answer records per action (JobAccepted: "created" at version 1, else
+# "updated"; JobChanged: its change). An answer with another action's change is not ours.
+_CHANGE_OF_ACTION = {
+    "create": "created",
+    "update": "updated",
+    "pause": "paused",
+    "resume": "resumed",
+    "cancel": "cancelled",
+    "delete": "deleted",
+    "trigger": "triggered",
+}
+_ACTION_OF_CHANGE = {change: action for action, change in _CHANGE_OF_ACTION.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Keyed:
+    """A mutation's idempotency facts: its request fingerprint, whether it is a retry, and the
+    answer to its command found while checking (None: not answered yet)."""
+
+    fingerprint: str
+    retry: bool
+    answer: CommandAnswer | None
+
+
+def _reused() -> ProblemError:
+    return ProblemError(
+        422,
+        "idempotency-key-reused",
+        "this Idempotency-Key was used for a different request",
+        field="Idempotency-Key",
+    )
+
+
+async def _check_key(call: Call, key: str, payload: Any, meta: CommandMeta, action: str) -> Keyed:
+    """Refuse a key used before for another request (on any gateway); tell a retry apart.
+
+    Step 1: this process's key cache, which knows a key before the fold has its claim.
+    Step 2: after a start, wait until the read model knows the claims on the log (the fence).
+    Step 3: the read model's claim of the key and the answer to its command id.
+    """
+    gateway, principal = call.gateway, call.who().name
+    fingerprint = _fingerprint(call, payload)
+    # Step 1
+    local = gateway.keys.check(principal, key, fingerprint)
+    if local is False:
+        raise _reused()
+    try:
+        # Step 2
+        await _pass_fence(call)
+        # Step 3
+        command_id = meta.command_id
+        claim, answer = await gateway.reads.call(lambda m: (m.claim(command_id), m.answer(command_id)))
+        if not belongs(claim, answer, fingerprint, meta.job_id, action):
+            raise _reused()
+    except ProblemError:
+        if local is None:
+            gateway.keys.forget(principal, key)  # not this request's key after all, or not yet
+        raise
+    return Keyed(fingerprint, retry=local is True or claim is not None, answer=answer)
+
+
+async def _pass_fence(call: Call) -> None:
+    config = call.gateway.config
+    if not await call.gateway.fence.wait(config.catchup_timeout_ms / 1000, config.answer_poll_ms / 1000):
         raise ProblemError(
-            422,
-            "idempotency-key-reused",
-            "this Idempotency-Key was used for a different request",
-            field="Idempotency-Key",
+            503,
+            "unavailable",
+            "the gateway is still reading the log's idempotency keys; retry with the same Idempotency-Key",
+            headers={"Retry-After": "1"},
         )
-    return retry
+
+
+def belongs(
+    claim: KeyClaim | None, answer: CommandAnswer | None, fingerprint: str, job_id: str, action: str
+) -> bool:
+    """Whether what the read model holds for a command id is this request's (or nothing yet).
+
+    The claim decides by fingerprint; a claim from before fingerprints were recorded, and the
+    answer, by job and action. An answer is checked even after a matching claim: two gateways
+    that took one key for two requests at once both appended, and the answer may be the other's.
+    """
+    if claim is not None:
+        if claim.fingerprint and claim.fingerprint != fingerprint:
+            return False
+        if not claim.fingerprint and (claim.job_id, claim.action) != (job_id, action):
+            return False
+    if answer is None:
+        return True
+    return answer.job_id == job_id and _ACTION_OF_CHANGE.get(answer.change, action) == action
 
 
 async def _command(
@@ -250,6 +334,7 @@ async def _command(
     command: Command,
     action: str,
     team: str,
+    keyed: Keyed,
     *,
     created: bool = False,
     run_id: str | None = None,
@@ -257,8 +342,8 @@ async def _command(
 ) -> Reply:
     """Append ``command`` unless already answered, then answer the request."""
     meta = command.meta
-    if await _answer(call, meta.command_id) is None:
-        await _submit(call, command, action, team, detail)
+    if keyed.answer is None:
+        await _submit(call, command, action, team, audit_detail(detail, keyed.fingerprint))
     return await _reply(call, meta.command_id, meta.job_id, created=created, run_id=run_id)
 
 
@@ -312,11 +397,11 @@ async def create_job(call: Call) -> Reply:
     spec = spec_from_api(body)
     _schedule_problem(spec.schedule, gateway.settings.min_interval_ms)
     job_id = body.job_id or derived_job_id(command_id_for(key, who.name))
-    retry = _check_reuse(call, key, body.model_dump(mode="json"))
-    if retry is None:
-        await _admit(call, body.team, key)
     command = CreateJob(_meta(call, job_id, key), spec)
-    return await _command(call, command, "create", body.team, created=True, detail=spec.name)
+    keyed = await _check_key(call, key, body.model_dump(mode="json"), command.meta, "create")
+    if not keyed.retry:
+        await _admit(call, body.team, key)
+    return await _command(call, command, "create", body.team, keyed, created=True, detail=spec.name)
 
 
 async def _admit(call: Call, team: str, key: str) -> None:
@@ -381,17 +466,18 @@ async def update_job(call: Call) -> Reply:
         )
     payload = body.model_dump(mode="json")
     key = idempotency_key(call, required=False) or f"update:{job_id}:{expected}:{_fingerprint(call, payload)}"
-    _check_reuse(call, key, {"version": expected, "spec": payload})
     command = UpdateJob(_meta(call, job_id, key), spec, expected)
-    return await _command(call, command, "update", job.team, detail=f"expected_version={expected}")
+    keyed = await _check_key(call, key, {"version": expected, "spec": payload}, command.meta, "update")
+    return await _command(call, command, "update", job.team, keyed, detail=f"expected_version={expected}")
 
 
 async def delete_job(call: Call) -> Reply:
     job_id = path_id(call, "job_id")
     job = await writable_job(call, job_id)
     key = idempotency_key(call, required=False) or f"delete:{job_id}:{job.version}"
-    _check_reuse(call, key, {"delete": job_id})
-    return await _command(call, DeleteJob(_meta(call, job_id, key)), "delete", job.team)
+    command = DeleteJob(_meta(call, job_id, key))
+    keyed = await _check_key(call, key, {"delete": job_id}, command.meta, "delete")
+    return await _command(call, command, "delete", job.team, keyed)
 
 
 async def _action(
@@ -401,10 +487,10 @@ async def _action(
     job = await writable_job(call, job_id)
     key = idempotency_key(call, required=True)
     assert key is not None
-    _check_reuse(call, key, {action: job_id})
     meta = _meta(call, job_id, key)
+    keyed = await _check_key(call, key, {action: job_id}, meta, action)
     run_id = manual_run_id_for(meta.command_id) if kind is TriggerJob else None
-    return await _command(call, kind(meta), action, job.team, run_id=run_id)
+    return await _command(call, kind(meta), action, job.team, keyed, run_id=run_id)
 
 
 async def pause_job(call: Call) -> Reply:

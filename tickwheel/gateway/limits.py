@@ -1,5 +1,6 @@
-"""Per-team create rate (token buckets) and idempotency-key reuse detection. Pure: the caller
-passes the time."""
+"""Per-team create rate (token buckets) and the in-process part of idempotency-key reuse
+detection (the durable part is the read model's key claims; see ``handlers._check_key``).
+Pure: the caller passes the time."""
 
 from __future__ import annotations
 
@@ -49,8 +50,11 @@ class RateLimiter:
 class IdempotencyKeys:
     """Recent (principal, key) -> request fingerprint, to refuse a key reused for another request.
 
-    Bounded and per process: the command id derived from the key is what makes retries safe;
-    this only turns a client bug (one key, two different requests) into a clear 422.
+    The first of two checks, bounded and per process. The durable one is the read model's
+    key claim (``ReadModel.claim``), folded from the audit record every mutation appends with
+    its fingerprint: shared by every gateway and kept across restarts (the audit topic is
+    kept forever). This cache covers the moments before the fold has a claim: this process's
+    own recent keys, which it knows at once.
     """
 
     def __init__(self, capacity: int) -> None:

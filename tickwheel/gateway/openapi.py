@@ -32,10 +32,10 @@ _DESCRIPTIONS = {
     412: "Version mismatch",
     413: "Request body too large",
     415: "Body is not JSON",
-    422: "Invalid value",
+    422: "Invalid value (on a mutation also: idempotency-key-reused, the key was used for another request)",
     428: "If-Match missing",
     429: "Too many creates; see Retry-After",
-    503: "Log unreachable; retry with the same Idempotency-Key",
+    503: "Log unreachable, or still being read after a start; retry with the same Idempotency-Key",
 }
 
 _PARSER_400 = "Not HTTP the server can parse (e.g. a request line or header over 8190 bytes)"

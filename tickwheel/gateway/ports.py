@@ -57,6 +57,11 @@ class LagSource(Protocol):
         log cannot be asked."""
         ...
 
+    async def ends(self) -> dict[tuple[str, int], int] | None:
+        """The end offset of every projected (logical topic, partition) now, or None when the
+        log cannot be asked (empty while the topics do not exist)."""
+        ...
+
 
 class KafkaSink:
     """Commands through :class:`CommandClient` (idempotent producer), audit records beside them."""
@@ -110,10 +115,13 @@ class KafkaLag:
         await self._consumer.stop()
 
     async def lag(self, positions: Mapping[tuple[str, int], int]) -> dict[str, int] | None:
-        try:
-            ends = await asyncio.wait_for(end_offsets(self._consumer, self.settings), PING_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - an unreachable broker means "lag unknown", not an error
-            return None
+        ends = await self.ends()
         if not ends:
             return None
         return lag(ends, positions)
+
+    async def ends(self) -> dict[tuple[str, int], int] | None:
+        try:
+            return await asyncio.wait_for(end_offsets(self._consumer, self.settings), PING_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - an unreachable broker means "ends unknown", not an error
+            return None

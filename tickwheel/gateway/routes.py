@@ -52,13 +52,20 @@ from tickwheel.gateway.models import (
 
 IDEMPOTENCY_KEY = Header(
     "Idempotency-Key",
-    "Client-chosen key of this request: a retry with the same key appends the same command",
+    "Client-chosen key of this request, unique per caller: a retry with the same key and the same"
+    " request appends the same command and gets the original outcome. The key stays bound to its"
+    " first request for at least 24 hours (in practice as long as the audit log, which is kept),"
+    " whichever gateway answers and across gateway restarts: the same key with another body, path"
+    " or job is refused with 422 idempotency-key-reused. Use a new key for every new request."
+    " Shortly after a gateway starts, a mutation may wait until the gateway has read the keys"
+    " already on the log, or get 503 with Retry-After; retry it with the same key.",
     required=True,
     pattern=r"^[\x21-\x7e]{1,255}$",
 )
 IDEMPOTENCY_KEY_OPTIONAL = Header(
     IDEMPOTENCY_KEY.name,
-    "Optional here: derived from the job version when absent",
+    "Optional here: derived from the job version (and for PUT the body) when absent. When given,"
+    " bound to its first request as on POST: reused for another request it is refused with 422.",
     pattern=IDEMPOTENCY_KEY.pattern,
 )
 IF_MATCH = Header(

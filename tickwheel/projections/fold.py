@@ -15,6 +15,10 @@ order, which Kafka guarantees for a job's events (key = job id) live and on rebu
 Worker reports are raw: a stale worker may report an attempt it lost. The fold keeps the
 first lease of an attempt and only that worker's reports, like the processor; the
 processor's ``RunSettled`` is the final word on a run's status.
+
+Audit records (who asked for what) become idempotency-key claims: per command id, the first
+request that used its key (:meth:`KeyClaim.rank`). The gateway refuses the key for any other
+request, whichever gateway process answers and however often it restarted.
 """
 
 from __future__ import annotations
@@ -32,10 +36,13 @@ from tickwheel.projections.views import (
     CommandAnswer,
     DeadLetterView,
     JobView,
+    KeyClaim,
     LogLine,
     RunView,
+    audit_fingerprint,
 )
 from tickwheel.schemas.model import (
+    AuditRecord,
     DeadLetter,
     JobAccepted,
     JobChanged,
@@ -77,6 +84,7 @@ Projected = (
     | RunTimedOut
     | LogChunk
     | DeadLetter
+    | AuditRecord
 )
 
 
@@ -98,6 +106,8 @@ class ViewReader(Protocol):
 
     def has_log(self, run_id: str, attempt: int, seq: int) -> bool: ...
 
+    def claim(self, command_id: str) -> KeyClaim | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Changes:
@@ -108,6 +118,7 @@ class Changes:
     logs: tuple[LogLine, ...] = ()
     answers: tuple[CommandAnswer, ...] = ()
     dead_letters: tuple[DeadLetterView, ...] = ()
+    claims: tuple[KeyClaim, ...] = ()
     stats: tuple[tuple[str, Mapping[str, int]], ...] = ()
 
 
@@ -133,7 +144,9 @@ def fold(view: ViewReader, event: object, position: Position) -> Changes:
             return _log(view, event)
         case DeadLetter():
             return _dead_letter(view, event, position)
-    return NO_CHANGES  # commands, audit records, states: not part of this read model
+        case AuditRecord():
+            return _claim(view, event)
+    return NO_CHANGES  # commands, states: not part of this read model
 
 
 # ---------------------------------------------------------------------------
@@ -461,3 +474,25 @@ def _dead_letter(view: ViewReader, event: DeadLetter, position: Position) -> Cha
     job = old if old is not None else JobView(job_id)
     changes = _job_changes(old, replace(job, dead_letters=job.dead_letters + 1))
     return replace(changes, dead_letters=(letter,))
+
+
+# ---------------------------------------------------------------------------
+# audit
+
+
+def _claim(view: ViewReader, event: AuditRecord) -> Changes:
+    """The key claim an audit record makes, unless an earlier claim of its command id stands."""
+    if not event.command_id:
+        return NO_CHANGES
+    new = KeyClaim(
+        command_id=event.command_id,
+        principal=event.principal,
+        action=event.action,
+        job_id=event.job_id,
+        at_ms=event.at_ms,
+        fingerprint=audit_fingerprint(event.detail),
+    )
+    old = view.claim(event.command_id)
+    if old is not None and old.rank() <= new.rank():
+        return NO_CHANGES  # a retry of the claimed request, or a later (refused) reuse
+    return Changes(claims=(new,))

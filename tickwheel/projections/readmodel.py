@@ -10,6 +10,7 @@ safe because job ids, run ids and teams never contain NUL)::
     H <job_id> \\0 <~scheduled_for> \\0 <run_id>       status  (run history, newest first)
     L <run_id> \\0 <be32 attempt> <be32 seq>           LogLine
     C <command_id>                                     CommandAnswer
+    K <command_id>                                     KeyClaim (first use of its key)
     D <~at_ms> <be32 partition> <be64 offset>          DeadLetterView (newest first)
     S <team>                                           Counts  (per-team statistics)
     O <topic> \\0 <be32 partition>                     be64 next offset to read
@@ -38,6 +39,7 @@ from tickwheel.projections.views import (
     Counts,
     DeadLetterView,
     JobView,
+    KeyClaim,
     LogLine,
     RunView,
     decode,
@@ -54,13 +56,14 @@ _MAX_U64 = (1 << 64) - 1
 _END = b"\xff" * 8  # above every key: all kinds are ASCII letters
 
 MAX_SCAN = 5_000  # rows examined per page at most
-PROJECTED_TOPICS = ("job-events", "runs", "outcomes", "logs", "dlq")
+PROJECTED_TOPICS = ("job-events", "runs", "outcomes", "logs", "dlq", "audit")
 _DECODERS: dict[str, Callable[[bytes], object]] = {
     "job-events": mappers.job_event_from_bytes,
     "runs": mappers.run_event_from_bytes,
     "outcomes": mappers.outcome_from_bytes,
     "logs": mappers.log_chunk_from_bytes,
     "dlq": mappers.dead_letter_from_bytes,
+    "audit": mappers.audit_record_from_bytes,
 }
 
 
@@ -102,6 +105,10 @@ def log_key(run_id: str, attempt: int, seq: int) -> bytes:
 
 def answer_key(command_id: str) -> bytes:
     return b"C" + command_id.encode()
+
+
+def claim_key(command_id: str) -> bytes:
+    return b"K" + command_id.encode()
 
 
 def dead_letter_key(at_ms: int, partition: int, offset: int) -> bytes:
@@ -179,6 +186,9 @@ class Batch:
         key = log_key(run_id, attempt, seq)
         return key in self._records or self._get(key) is not None
 
+    def claim(self, command_id: str) -> KeyClaim | None:
+        return self._record(KeyClaim, claim_key(command_id))
+
     # Applying
 
     def fold_event(self, event: object, position: Position) -> None:
@@ -195,6 +205,8 @@ class Batch:
             self._put(log_key(line.run_id, line.attempt, line.seq), line)
         for answer in changes.answers:
             self._put(answer_key(answer.command_id), answer)
+        for claim in changes.claims:
+            self._put(claim_key(claim.command_id), claim)
         for letter in changes.dead_letters:
             self._put(dead_letter_key(letter.at_ms, letter.partition, letter.offset), letter)
         for team, delta in changes.stats:
@@ -408,6 +420,11 @@ class ReadModel:
         """The answers present among ``command_ids``, with one multi-get."""
         raws = self.kv.get_many([answer_key(c) for c in command_ids])
         return {c: decode(CommandAnswer, r) for c, r in zip(command_ids, raws, strict=True) if r is not None}
+
+    def claim(self, command_id: str) -> KeyClaim | None:
+        """The first request that used the idempotency key behind ``command_id``, if folded."""
+        raw = self.kv.get(claim_key(command_id))
+        return None if raw is None else decode(KeyClaim, raw)
 
     def stats(self, team: str) -> Counts:
         raw = self.kv.get(stats_key(team))

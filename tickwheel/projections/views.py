@@ -15,6 +15,7 @@ defaults.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -176,6 +177,50 @@ class CommandAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """Which request first used an idempotency key, folded from the gateways' audit records.
+
+    Keyed by the command id, which is a hash of (principal, key), so the key itself is never
+    stored. ``fingerprint`` is the gateway's hash of the request (method, path, body); it is
+    empty for audit records written before gateways recorded it, and then only ``action``
+    and ``job_id`` tell two requests apart.
+    """
+
+    command_id: str
+    principal: str
+    action: str
+    job_id: str
+    at_ms: int
+    fingerprint: str = ""
+
+    def rank(self) -> tuple[bool, int, str, str, str, str]:
+        """The first claim wins: known fingerprints before unknown, then earliest, then by value.
+
+        A total order, so folding claims in any order (topics and partitions interleave
+        differently live and on rebuild) keeps the same one.
+        """
+        return (not self.fingerprint, self.at_ms, self.fingerprint, self.job_id, self.action, self.principal)
+
+
+# An audit record's ``detail`` carries the request fingerprint as its last word, after any
+# human-readable text (AuditRecord has no field for it, and schemas do not change for this).
+_FINGERPRINT_WORD = "request-sha256="
+_FINGERPRINT_AT_END = re.compile(r"(?:^|\s)request-sha256=([0-9a-f]{64})$")
+
+
+def audit_detail(text: str, fingerprint: str) -> str:
+    """The audit ``detail`` for a request: ``text`` then the fingerprint word."""
+    word = _FINGERPRINT_WORD + fingerprint
+    return f"{text} {word}" if text else word
+
+
+def audit_fingerprint(detail: str) -> str:
+    """The fingerprint an audit ``detail`` carries, or ``""`` when it carries none."""
+    found = _FINGERPRINT_AT_END.search(detail)
+    return found.group(1) if found else ""
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetterView:
     """A dead letter, located by its own position on the dlq topic."""
 
@@ -214,7 +259,7 @@ class Counts:
 
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {
     kind: TypeAdapter(kind)
-    for kind in (AttemptView, RunView, JobView, LogLine, CommandAnswer, DeadLetterView, Counts)
+    for kind in (AttemptView, RunView, JobView, LogLine, CommandAnswer, KeyClaim, DeadLetterView, Counts)
 }
 
 
