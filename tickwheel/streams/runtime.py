@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import heapq
 import logging
 import signal
@@ -227,6 +228,7 @@ def _cli(args: argparse.Namespace) -> int:
 
     configure_logging()
     settings = load()
+    tune_gc()
     processor = Processor(settings)
     if args.metrics_port:
         from prometheus_client import start_http_server
@@ -234,6 +236,18 @@ def _cli(args: argparse.Namespace) -> int:
         start_http_server(args.metrics_port, addr=settings.metrics_host, registry=processor.metrics.registry)
     asyncio.run(_serve(processor))
     return 0
+
+
+def tune_gc() -> None:
+    """Make the cyclic collector's full passes rare in the processor's own process.
+
+    A hot instant allocates millions of short-lived objects (freed by reference counting;
+    the processor's data is acyclic), and each full collection walks every live object,
+    the decoded-state cache included: measured with gc.callbacks on a 20,000-job instant,
+    7 full collections took 0.7-1.3 s of the processor's 7 s of CPU. Young generations are
+    still collected, so reference cycles (asyncio's, mostly) are still reclaimed.
+    """
+    gc.set_threshold(50_000, 20, 1_000)
 
 
 async def _serve(processor: Processor) -> None:
