@@ -26,7 +26,7 @@ from tickwheel.workers.metrics import WorkerMetrics
 from tickwheel.workers.run import ActiveRun, RunDriver, RunPhase, Services, StopKind
 from tickwheel.workers.secrets import SecretStore
 from tickwheel.workers.ssrf import SsrfGuard, system_resolve
-from tickwheel.workers.tenancy import TeamGate
+from tickwheel.workers.tenancy import Slots, TeamGate
 
 NOW = 1_700_000_000_000
 
@@ -268,3 +268,154 @@ async def test_future_not_before_is_held_and_a_passed_start_deadline_drops() -> 
     stale.due = replace(stale.due, flags=(f"start_by={NOW - 1}",))
     await (await _drive(driver, stale))
     assert stale.phase is RunPhase.DROPPED
+
+
+class HeldAckSink(FakeSink):
+    """Outcomes of the kinds in ``hold`` are acknowledged only when the test says so."""
+
+    def __init__(self, *hold: type) -> None:
+        super().__init__()
+        self.hold = hold
+        self.submitted: list[Outcome] = []
+        self.acks: list[asyncio.Future[None]] = []
+        self.waiting = asyncio.Event()
+
+    async def outcome(self, event: Outcome) -> None:
+        self.submitted.append(event)
+        if isinstance(event, self.hold):
+            ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.acks.append(ack)
+            self.waiting.set()
+            await ack
+        await super().outcome(event)
+
+
+async def _spin() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_the_executor_is_not_called_before_the_lease_is_acknowledged() -> None:
+    """RunStarted submitted but not yet acknowledged: the executor has not been called; once acked, it is."""
+    sink, time, pool = HeldAckSink(RunStarted), FakeTime(), FakePool()
+    driver = _setup(sink, time, pool)
+    task = await _drive(driver, _run())
+    await asyncio.wait_for(sink.waiting.wait(), 5)
+    await _spin()
+    assert [type(e) for e in sink.submitted] == [RunStarted]
+    assert not Gate.entered.is_set()
+    assert "acked" not in pool.log
+    sink.acks[0].set_result(None)
+    await asyncio.wait_for(Gate.entered.wait(), 5)
+    assert pool.log == ["checked", "marked", "acked"]
+    Gate.release.set()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_through_the_kafka_sink_the_call_waits_for_the_broker_ack() -> None:
+    """With the batching Kafka sink, the executor runs only after the RunStarted's batch is acknowledged."""
+    from tests.unit.test_worker_sink import FakeProducer
+    from tickwheel.workers.sink import KafkaSink
+
+    producer, time, pool = FakeProducer(), FakeTime(), FakePool()
+    driver = _setup(FakeSink(), time, pool)
+    driver.s = replace(driver.s, sink=KafkaSink(producer, "outcomes", "logs"))
+    task = await _drive(driver, _run())
+    await asyncio.wait_for(producer.submitted.wait(), 5)
+    await _spin()
+    assert not Gate.entered.is_set()
+    producer.batches[0][3].set_result(None)  # the broker acknowledges the RunStarted
+    await asyncio.wait_for(Gate.entered.wait(), 5)
+    Gate.release.set()
+    async with asyncio.timeout(5):
+        while len(producer.batches) < 3:  # then its log chunk and its outcome
+            producer.ack_all()
+            producer.submitted.clear()
+            await producer.submitted.wait()
+    producer.ack_all()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_a_failed_lease_ack_through_the_kafka_sink_means_no_call() -> None:
+    """A RunStarted batch the broker rejects: the run is dropped and the executor never called."""
+    from tests.unit.test_worker_sink import FakeProducer
+    from tickwheel.workers.sink import KafkaSink
+
+    producer, time, pool = FakeProducer(), FakeTime(), FakePool()
+    driver = _setup(FakeSink(), time, pool)
+    driver.s = replace(driver.s, sink=KafkaSink(producer, "outcomes", "logs"))
+    run = _run()
+    task = await _drive(driver, run)
+    await asyncio.wait_for(producer.submitted.wait(), 5)
+    producer.batches[0][3].set_exception(OSError("not enough replicas"))
+    await asyncio.wait_for(task, 5)
+    assert not Gate.entered.is_set()
+    assert run.phase is RunPhase.DROPPED
+    assert len(producer.batches) == 1
+
+
+async def test_the_worker_slot_is_free_while_the_outcome_is_being_acknowledged() -> None:
+    """With one slot, a second run starts while the first one's RunSucceeded still waits for its ack."""
+    sink, time, pool = HeldAckSink(RunSucceeded), FakeTime(), FakePool()
+    driver = _setup(sink, time, pool)
+    driver.s = replace(driver.s, slots=Slots(1))
+    first, second = _run("noop", {}), _run("noop", {})
+    second.due = replace(second.due, run_id="r-2")
+    tasks = [await _drive(driver, first), await _drive(driver, second)]
+    async with asyncio.timeout(5):
+        while len(sink.acks) < 2:  # both outcomes pending at once: the slot did not wait for them
+            sink.waiting.clear()
+            await sink.waiting.wait()
+    assert [type(e).__name__ for e in sink.submitted] == [
+        "RunStarted",
+        "RunSucceeded",
+        "RunStarted",
+        "RunSucceeded",
+    ]
+    for ack in sink.acks:
+        ack.set_result(None)
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert first.phase is RunPhase.DONE
+    assert second.phase is RunPhase.DONE
+
+
+async def test_a_lease_lapsed_before_the_call_is_not_executed() -> None:
+    """A worker frozen while its RunStarted was acked past the stop point never calls and reports nothing."""
+
+    class FreezingSink(FakeSink):
+        async def outcome(self, event: Outcome) -> None:
+            await super().outcome(event)
+            if isinstance(event, RunStarted):
+                time.now += 3_000  # the whole lease passed while the ack came back
+
+    time, pool = FakeTime(), FakePool()
+    sink = FreezingSink()
+    driver = _setup(sink, time, pool)
+    run = _run()
+    await asyncio.wait_for(await _drive(driver, run), 5)
+    assert not Gate.entered.is_set()
+    assert run.phase is RunPhase.ABANDONED
+    assert sink.kinds() == ["RunStarted"]
+
+
+async def test_a_long_execution_heartbeats_and_a_quick_one_does_not() -> None:
+    """The lease keeper runs for an execution that outlives its first wake-up, and not for an instant one."""
+    sink, time, pool = HeldAckSink(), FakeTime(), FakePool()
+    driver = _setup(sink, time, pool)
+    await asyncio.wait_for(await _drive(driver, _run("noop", {})), 5)
+    assert not any(isinstance(e, RunHeartbeat) for e in sink.events)
+    sink.hold = (RunHeartbeat,)
+    task = await _drive(driver, _run())
+    await asyncio.wait_for(sink.waiting.wait(), 5)  # a heartbeat was sent
+    sink.acks[0].set_result(None)
+    Gate.release.set()
+    await asyncio.wait_for(task, 5)
+    assert isinstance(sink.events[-1], RunSucceeded)
+
+
+async def test_a_run_that_prints_nothing_sends_no_log_chunk() -> None:
+    """No output, no LogChunk: the outcome follows the lease directly."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool()
+    driver = _setup(sink, time, pool)
+    await asyncio.wait_for(await _drive(driver, _run("noop", {})), 5)
+    assert sink.kinds() == ["RunStarted", "RunSucceeded"]

@@ -150,13 +150,15 @@ async def test_cancel_read_before_the_lso_prevents_the_start() -> None:
 async def test_redelivered_attempt_is_ignored_and_other_pools_skipped() -> None:
     """The same (run_id, attempt) delivered twice is held once; another pool's RunDue is not taken."""
     runner, consumer, sink = _runner()
-    consumer.lso = 1
+    consumer.lso = 3  # r-1 cannot start before its partition is read past the gpu RunDue
     await _feed(runner, consumer, 0, _due("r-1"), position=1)
     await _feed(runner, consumer, 0, _due("r-1"), position=1)
     await _feed(runner, consumer, 1, _due("r-2", pool="gpu"), position=2)
     assert list(runner.live) == [("r-1", 1)]
     task = runner.live[("r-1", 1)].task
     assert task is not None
+    consumer.pos = 3
+    await runner._note_positions()
     await asyncio.wait_for(task, 5)
     assert [type(e) for e in sink.events] == [RunStarted, RunSucceeded]
     await _feed(runner, consumer, 0, _due("r-1"), position=2)  # after it ran: still deduped
@@ -234,3 +236,28 @@ async def test_lso_probe_coalesces_and_answers_only_from_later_requests() -> Non
     assert await asyncio.gather(*early) == [10, 10, 10]
     assert await asyncio.wait_for(late, 5) == 20
     assert asked == [["p0", "p1"], ["p0"]]
+
+
+async def test_the_pending_count_follows_the_runs_phases() -> None:
+    """Held and queued runs are counted as they move (no scan of every run per poll), back to 0 when done."""
+    from dataclasses import replace
+
+    runner, consumer, _ = _runner()
+    consumer.lso = 3
+    for offset in range(3):
+        due = replace(_due(f"r-{offset}"), not_before_ms=1_000_000)  # held well past the fake clock
+        runner._on_record(Record(TOPIC, 0, offset, to_bytes(due)))
+    await asyncio.sleep(0)
+
+    def recount() -> int:
+        return sum(run.phase in (RunPhase.HELD, RunPhase.QUEUED) for run in runner.live.values())
+
+    assert runner.phases[RunPhase.HELD] + runner.phases[RunPhase.QUEUED] == recount() == 3
+    runner._on_record(Record(TOPIC, 0, 3, to_bytes(RunCancelled("r-1", "job", 1, "cancelled", 1_000))))
+    await asyncio.sleep(0)
+    assert runner.phases[RunPhase.HELD] == recount() == 2
+    tasks = [run.task for run in runner.live.values() if run.task is not None]
+    runner.on_assigned(set())  # the partition went elsewhere: the held runs are dropped
+    await asyncio.wait_for(asyncio.wait(tasks), 5)
+    assert not runner.live
+    assert +runner.phases == {}

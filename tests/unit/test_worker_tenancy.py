@@ -7,7 +7,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tickwheel.workers.tenancy import TeamGate, team_share
+from tickwheel.workers.tenancy import Slots, TeamGate, team_share
 
 
 def test_share_is_proportional_to_assigned_partitions() -> None:
@@ -89,3 +89,61 @@ async def test_cancelled_waiter_takes_no_slot() -> None:
         waiter.cancel()
         await asyncio.gather(waiter, return_exceptions=True)
     assert gate.in_use["team-a"] == 0
+
+
+async def test_slots_hand_each_release_to_the_longest_waiter() -> None:
+    """Worker slots never exceed their count and are handed over first come, first served."""
+    slots = Slots(2)
+    order: list[int] = []
+    gate = asyncio.Event()
+
+    async def run(i: int) -> None:
+        async with slots:
+            order.append(i)
+            await gate.wait()
+
+    tasks = [asyncio.create_task(run(i)) for i in range(6)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert order == [0, 1]
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert order == list(range(6))
+
+
+async def test_a_waiter_that_gives_up_does_not_lose_a_slot() -> None:
+    """A cancelled waiter is skipped, and one cancelled just after being handed a slot passes it on."""
+    slots = Slots(1)
+    await slots.acquire()
+    skipped = asyncio.create_task(slots.acquire())
+    handed = asyncio.create_task(slots.acquire())
+    last = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0)
+    skipped.cancel()
+    await asyncio.sleep(0)
+    slots.release()  # goes past the cancelled waiter to `handed`...
+    handed.cancel()  # ...which gives up before it could run: the slot must reach `last`
+    await asyncio.wait_for(last, 5)
+    assert skipped.cancelled()
+    assert handed.cancelled()
+    slots.release()
+    await asyncio.wait_for(slots.acquire(), 5)  # exactly one slot again, not two or none
+    assert not await _acquires_at_once(slots)
+
+
+async def _acquires_at_once(slots: Slots) -> bool:
+    attempt = asyncio.create_task(slots.acquire())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    attempt.cancel()
+    return attempt.done() and not attempt.cancelled()
+
+
+async def test_a_team_without_a_limit_takes_no_team_slot() -> None:
+    """Only teams with a limit are counted; the others pass straight through."""
+    gate = TeamGate({"capped": 1})
+    gate.set_assignment(1, 1)
+    async with gate.slot("free"), gate.slot("free"):
+        assert gate.in_use["free"] == 0
+    async with gate.slot("capped"):
+        assert gate.in_use["capped"] == 1

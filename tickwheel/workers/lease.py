@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tickwheel import failpoints
 
@@ -39,17 +39,15 @@ MAX_MARGIN_MS = 5_000
 
 @dataclass(frozen=True, slots=True)
 class LeasePolicy:
-    """Heartbeat timing derived from a job's ``lease_ms``."""
+    """Heartbeat timing derived from a job's ``lease_ms`` (computed once: read a few times a run)."""
 
     lease_ms: int
+    interval_ms: int = field(init=False)
+    margin_ms: int = field(init=False)
 
-    @property
-    def interval_ms(self) -> int:
-        return max(1, self.lease_ms // 3)
-
-    @property
-    def margin_ms(self) -> int:
-        return min(MAX_MARGIN_MS, max(1, self.lease_ms // 10))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "interval_ms", max(1, self.lease_ms // 3))
+        object.__setattr__(self, "margin_ms", min(MAX_MARGIN_MS, max(1, self.lease_ms // 10)))
 
     def retry_delay_ms(self, failures: int) -> int:
         """Backoff after the ``failures``-th consecutive failed heartbeat (1-based)."""
@@ -117,16 +115,24 @@ class LeaseKeeper:
         """Whether the execution may go on (and its outcome be reported) right now."""
         return self._clock() < stop_at_ms(self.policy, self.state)
 
+    def idle_ms(self) -> int:
+        """How long :meth:`keep` started now would sleep before doing anything (0: it would act)."""
+        now = self._clock()
+        stop = stop_at_ms(self.policy, self.state)
+        wait = next_try_at_ms(self.policy, self.state) - now
+        if now >= stop or wait <= 0:
+            return 0
+        return min(wait, stop - now, self._tick_ms)
+
     async def keep(self) -> str:
         """Heartbeat on schedule; return why the lease was lost when it cannot be renewed."""
         while True:
-            now = self._clock()
             stop = stop_at_ms(self.policy, self.state)
-            if now >= stop:
+            if self._clock() >= stop:
                 return f"lease not renewed before its stop point ({self.state.failures} failed heartbeats)"
-            wait = next_try_at_ms(self.policy, self.state) - now
-            if wait > 0:
-                await self._sleep(min(wait, stop - now, self._tick_ms) / 1000)
+            nap = self.idle_ms()
+            if nap > 0:
+                await self._sleep(nap / 1000)
             else:
                 await self._try_renew(stop)
 

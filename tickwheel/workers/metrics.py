@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600)
 
@@ -65,3 +67,21 @@ class WorkerMetrics:
                 registry=reg,
             ),
         )
+
+
+class LabelCache:
+    """Children of labelled metrics, resolved once per label values.
+
+    ``labels()`` takes a lock and builds its key on every call; a run asks for four or five
+    children, thousands of times a second at a hot instant.
+    """
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
+
+    def __call__(self, metric: MetricWrapperBase, *values: str) -> Any:
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child

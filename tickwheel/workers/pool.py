@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,7 +45,6 @@ from aiokafka.structs import OffsetAndMetadata
 from tickwheel.schemas.mappers import run_event_from_bytes
 from tickwheel.schemas.model import RunCancelled, RunDue
 from tickwheel.settings import Settings
-from tickwheel.streams.core import start_deadline_ms
 from tickwheel.workers.run import UNSTARTED, ActiveRun, RunDriver, RunPhase, Services, StopKind
 from tickwheel.workers.tenancy import TeamGate
 from tickwheel.workers.tracking import CancelMemory, OffsetLedger, RecentSet
@@ -74,36 +74,41 @@ class _Changes:
 class LsoProbe:
     """Coalesced LSO lookups: one ``end_offsets`` request answers every run that asked before it.
 
-    A run needs the LSO *as of the moment it asked*, so a request already in flight does not
-    serve later callers: they join the next one. At a hot instant this turns one ListOffsets
-    round trip per run into one per batch of runs.
+    A run needs the LSO *as of the moment it asked*, so a request already sent does not serve
+    later callers: they share the next one. That one goes out at once, overlapping any still
+    in flight, since a run waiting here holds a worker slot: waiting for the previous answer
+    first would add half a round trip to every start. At a hot instant this turns one
+    ListOffsets round trip per run into one per loop iteration in which runs asked.
     """
 
     def __init__(self, fetch: Callable[[list[Any]], Awaitable[dict[Any, int]]]) -> None:
         self._fetch = fetch
         self._waiting: dict[Any, list[asyncio.Future[int]]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
+        self._gathering = False  # a request task exists that has not yet taken the waiting callers
         self.requests = 0
 
     async def observe(self, tp: Any) -> int:
         answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(tp, []).append(answer)
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain())
+        if not self._gathering:
+            self._gathering = True
+            request = asyncio.create_task(self._request())
+            self._requests.add(request)  # held, so it is not collected while in flight
+            request.add_done_callback(self._requests.discard)
         return await answer
 
-    async def _drain(self) -> None:
-        while self._waiting:
-            batch, self._waiting = self._waiting, {}
-            self.requests += 1
-            try:
-                offsets = await self._fetch(list(batch))
-            except Exception as exc:  # noqa: BLE001 - handed to every caller of this batch
-                for answers in batch.values():
-                    _settle(answers, error=exc)
-                continue
-            for tp, answers in batch.items():
-                _settle(answers, value=int(offsets[tp]))
+    async def _request(self) -> None:
+        batch, self._waiting, self._gathering = self._waiting, {}, False
+        self.requests += 1
+        try:
+            offsets = await self._fetch(list(batch))
+        except Exception as exc:  # noqa: BLE001 - handed to every caller of this batch
+            for answers in batch.values():
+                _settle(answers, error=exc)
+            return
+        for tp, answers in batch.items():
+            _settle(answers, value=int(offsets[tp]))
 
 
 def _settle(answers: list[asyncio.Future[int]], value: int = 0, error: Exception | None = None) -> None:
@@ -130,6 +135,7 @@ class PoolRunner:
         self.started: RecentSet[tuple[str, int]] = RecentSet(capacity)
         self.cancels = CancelMemory(capacity)
         self.live: dict[tuple[str, int], ActiveRun] = {}
+        self.phases: Counter[RunPhase] = Counter()  # of the live runs, kept by ActiveRun.advance
         self.team_gate = TeamGate(services.config.team_limits)
         self.owned: set[Any] = set()
         self.positions: dict[Any, int] = {}
@@ -190,10 +196,9 @@ class PoolRunner:
             for record in records:
                 self._on_record(record)
         await self._note_positions()
-        self._backpressure()
-        self.s.metrics.pending.labels(self.pool).set(
-            sum(run.phase in (RunPhase.HELD, RunPhase.QUEUED) for run in self.live.values())
-        )
+        pending = self.phases[RunPhase.HELD] + self.phases[RunPhase.QUEUED]
+        self._backpressure(pending)
+        self.s.metrics.pending.labels(self.pool).set(pending)
 
     def _on_record(self, record: Any) -> None:
         try:
@@ -216,10 +221,11 @@ class PoolRunner:
             return
         if self.cancels.cancelled(*key):
             return
-        if self.s.clock() >= start_deadline_ms(due):
+        run = ActiveRun(due, tp, offset, phases=self.phases)
+        if self.s.clock() >= run.start_by_ms:
             self.s.metrics.runs_dropped.labels(self.pool, "stale").inc()
             return
-        run = ActiveRun(due, tp, offset)
+        self.phases[run.phase] += 1
         self.live[key] = run
         self.ledger.hold(tp, offset)
         run.task = asyncio.create_task(self.driver.drive(run), name=f"run-{due.run_id}-{due.attempt}")
@@ -262,8 +268,7 @@ class PoolRunner:
                 known[tp] = int(ask.result())
         return known
 
-    def _backpressure(self) -> None:
-        pending = sum(run.phase in (RunPhase.HELD, RunPhase.QUEUED) for run in self.live.values())
+    def _backpressure(self, pending: int) -> None:
         owned = [tp for tp in self.owned if tp in self.consumer.assignment()]
         if pending >= self.s.config.max_pending and self._checking == 0:
             self.consumer.pause(*owned)
@@ -310,7 +315,8 @@ class PoolRunner:
     def _done(self, run: ActiveRun, task: asyncio.Task[None]) -> None:
         if task.cancelled():
             self.driver.cancelled(run)
-        self.live.pop(run.key, None)
+        if self.live.pop(run.key, None) is run:
+            self.phases[run.phase] -= 1
         if run.release_offset:
             self.ledger.release(run.tp, run.offset)
             self._commit_wanted.set()

@@ -8,6 +8,7 @@ milliseconds), so tests can freeze or jump time; the event loop's own sleeps sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -18,9 +19,11 @@ from tickwheel.workers.config import WorkerConfig
 from tickwheel.workers.executors import ExecutorEnv, ExecutorRegistry, default_registry
 from tickwheel.workers.metrics import WorkerMetrics
 from tickwheel.workers.pool import PoolRunner
-from tickwheel.workers.run import KafkaSink, Services
+from tickwheel.workers.run import Services
 from tickwheel.workers.secrets import SecretStore
+from tickwheel.workers.sink import KafkaSink
 from tickwheel.workers.ssrf import Resolve, SsrfGuard, system_resolve
+from tickwheel.workers.tenancy import Slots
 
 
 def wall_clock_ms() -> int:
@@ -54,24 +57,28 @@ class Worker:
         self.started = asyncio.Event()  # the pools exist (their consumers may still be joining)
 
     async def run(self, stop: asyncio.Event) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap_servers,
-            client_id=self.config.worker_id,
-            enable_idempotence=True,  # retries cannot reorder or duplicate a lease's heartbeats
-            acks="all",
-            linger_ms=5,
-            request_timeout_ms=10_000,
-        )
-        try:
-            await producer.start()
-            services = self._services(
-                KafkaSink(producer, self.settings.topic("outcomes"), self.settings.topic("logs"))
-            )
+        # Leases get a producer (a connection) of their own: see KafkaSink.
+        reports, starts = self._producer("reports"), self._producer("starts")
+        async with contextlib.AsyncExitStack() as producers:
+            for producer in (reports, starts):
+                producers.push_async_callback(producer.stop)  # also after a failed start
+                await producer.start()
+            topic = self.settings.topic
+            sink = KafkaSink(reports, topic("outcomes"), topic("logs"), start_producer=starts)
+            services = self._services(sink)
             self.pools = {pool: PoolRunner(pool, self.settings, services) for pool in self.config.pools}
             self.started.set()
             await asyncio.gather(*(runner.run(stop) for runner in self.pools.values()))
-        finally:
-            await producer.stop()
+
+    def _producer(self, role: str) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            client_id=f"{self.config.worker_id}.{role}",
+            enable_idempotence=True,  # retries cannot reorder or duplicate a lease's heartbeats
+            acks="all",  # a lease is granted only once it cannot be lost with the leader
+            linger_ms=5,
+            request_timeout_ms=10_000,
+        )
 
     def _services(self, sink: KafkaSink) -> Services:
         env = ExecutorEnv(config=self.config, guard=self.guard, registry=self.registry, sleep=self.sleep)
@@ -83,7 +90,7 @@ class Worker:
             secrets=self.secrets,
             registry=self.registry,
             executor_env=env,
-            slots=asyncio.Semaphore(self.config.concurrency),
+            slots=Slots(self.config.concurrency),
             sleep=self.sleep,
         )
 
