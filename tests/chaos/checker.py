@@ -410,7 +410,8 @@ def starts_after_cancel(history: History, log: _Log) -> tuple[str, ...]:
         job_id = job_of.get(call.run_id or "")
         ack = acks.get(job_id or "", 2**62)
         # A call of an attempt leased before the ack belongs to a run that started in time.
-        if job_id is not None and call.at_ms > ack and leased.get((call.run_id, call.attempt), ack + 1) > ack:
+        lease_ms = leased.get((call.run_id or "", call.attempt or 0), ack + 1)
+        if job_id is not None and call.at_ms > ack and lease_ms > ack:
             found.add(f"{call.run_id}#{call.attempt} call at {call.at_ms} without an earlier lease")
     return tuple(sorted(found))
 

@@ -30,6 +30,7 @@ body's job stands.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -135,12 +136,15 @@ class Api:
 
     session: aiohttp.ClientSession
     base: str
+    accepted: asyncio.Event = field(default_factory=asyncio.Event)  # set by every 2xx answer
 
     async def create(self, req: LogicalCreate) -> tuple[int | None, dict[str, Any]]:
         query = "?wait=committed" if req.wait else ""
         headers = {"Idempotency-Key": req.key}
         try:
             async with self.session.post(f"{self.base}/v1/jobs{query}", json=req.body, headers=headers) as r:
+                if r.status < 300:
+                    self.accepted.set()
                 return r.status, _json_object(await r.text())
         except (aiohttp.ClientError, TimeoutError) as exc:
             return None, {"error": repr(exc)}
@@ -234,7 +238,13 @@ class Gateway:
         await self.start(f"gateway-{cycle + 1}")
         self.downtimes_ms.append(int((time.monotonic() - killed) * 1000))
         if hold is not None:
-            await asyncio.sleep(0.5)  # the retries reach the new gateway before the answers
+            # The retries must reach the new gateway before the answers do: keep holding
+            # until it has accepted a mutation (its start fence is open), then a moment
+            # for the clients' short backoff, all inside the processor's 10 s session.
+            self.api.accepted.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.api.accepted.wait(), 4.0)
+            await asyncio.sleep(0.5)
             resume(hold)
 
     async def wait_caught_up(self, timeout_s: float = 60) -> int | None:
