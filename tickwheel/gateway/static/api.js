@@ -52,7 +52,10 @@ async function body(response) {
   if (type.includes("json")) {
     try {
       return await response.json();
-    } catch {
+    } catch (err) {
+      // Navigation aborts a view's requests, also while their body is read: that is the
+      // caller's AbortError (render ignores it), not an empty answer to render.
+      if (err.name === "AbortError") throw err;
       return null;
     }
   }
