@@ -93,53 +93,52 @@ async def _count(settings: Settings, topic: str) -> int:
         await consumer.stop()
 
 
-async def _collect_run_dues(settings: Settings, n: int, timeout_s: float) -> list[tuple[int, RunDue]]:
-    """(commit timestamp, RunDue) of the first n RunDue committed, read as they arrive."""
+async def _tail(
+    settings: Settings, topic: str, done: Callable[[], bool], timeout_s: float, take: Callable[[Any], None]
+) -> None:
+    """Hand every committed record of ``topic`` to ``take`` until ``done()`` or the timeout."""
     consumer = AIOKafkaConsumer(
-        settings.topic("runs"),
+        settings.topic(topic),
         bootstrap_servers=settings.bootstrap_servers,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
     await consumer.start()
-    seen: list[tuple[int, RunDue]] = []
     deadline = time.monotonic() + timeout_s
     try:
-        while len(seen) < n and time.monotonic() < deadline:
+        while not done() and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
             for records in batch.values():
                 for record in records:
-                    event = mappers.run_event_from_bytes(record.value)
-                    if isinstance(event, RunDue):
-                        seen.append((record.timestamp, event))
+                    take(record)
     finally:
         await consumer.stop()
+
+
+async def _collect_run_dues(settings: Settings, n: int, timeout_s: float) -> list[tuple[int, RunDue]]:
+    """(commit timestamp, RunDue) of the first n RunDue committed, read as they arrive."""
+    seen: list[tuple[int, RunDue]] = []
+
+    def take(record: Any) -> None:
+        event = mappers.run_event_from_bytes(record.value)
+        if isinstance(event, RunDue):
+            seen.append((record.timestamp, event))
+
+    await _tail(settings, "runs", lambda: len(seen) >= n, timeout_s, take)
     return seen
 
 
 async def _collect_starts(settings: Settings, n: int, timeout_s: float) -> dict[str, int]:
     """run id -> ``at_ms`` of its first RunStarted, until n runs started or the timeout."""
-    consumer = AIOKafkaConsumer(
-        settings.topic("outcomes"),
-        bootstrap_servers=settings.bootstrap_servers,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
     started: dict[str, int] = {}
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(started) < n and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
-            for records in batch.values():
-                for record in records:
-                    event = mappers.outcome_from_bytes(record.value)
-                    if isinstance(event, RunStarted):
-                        started.setdefault(event.run_id, event.at_ms)
-    finally:
-        await consumer.stop()
+
+    def take(record: Any) -> None:
+        event = mappers.outcome_from_bytes(record.value)
+        if isinstance(event, RunStarted):
+            started.setdefault(event.run_id, event.at_ms)
+
+    await _tail(settings, "outcomes", lambda: len(started) >= n, timeout_s, take)
     return started
 
 
