@@ -18,7 +18,10 @@ With ``--workers K`` each round also runs K worker processes (pool ``default``, 
 executor) and measures the lag from T to worker start: each attempt's ``RunStarted.at_ms``
 (taken just before the worker calls the executor) minus T, clamped at 0, over the first
 RunStarted of every run. The workers share the two cores with the processor and the broker,
-so the dispatch rate of such a round is lower than the processor's alone.
+so the dispatch rate of such a round is lower than the processor's alone. Each worker runs
+``--worker-concurrency`` executions at once; their CPU from registration absorbed to the last
+start, per run, is reported like the processor's (it includes reporting the outcomes that
+overlap the starts).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -148,12 +152,26 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _start_workers(env: dict[str, str], count: int, home: Path) -> list[subprocess.Popen[bytes]]:
-    """``count`` worker processes of pool default (no-op executor), logs under ``home``."""
+DEFAULT_WORKER_CONCURRENCY = 1_024
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """The workers of a round: how many, and how many executions each runs at once."""
+
+    workers: int = 0
+    concurrency: int = DEFAULT_WORKER_CONCURRENCY
+
+
+def _start_workers(
+    env: dict[str, str], fleet: Fleet, n: int, home: Path
+) -> list[subprocess.Popen[bytes]]:
+    """The fleet's worker processes of pool default (no-op executor), logs under ``home``."""
     workers = []
-    for i in range(count):
-        worker_env = {**env, "TICKWHEEL_WORKER_ID": f"bench-w{i}", "TICKWHEEL_WORKER_CONCURRENCY": "256",
-                      "TICKWHEEL_WORKER_MAX_PENDING": "20000"}
+    for i in range(fleet.workers):
+        worker_env = {**env, "TICKWHEEL_WORKER_ID": f"bench-w{i}",
+                      "TICKWHEEL_WORKER_CONCURRENCY": str(fleet.concurrency),
+                      "TICKWHEEL_WORKER_MAX_PENDING": str(max(20_000, n))}
         with (home / f"worker-{i}.log").open("ab") as log:
             workers.append(subprocess.Popen(
                 [sys.executable, "-m", "tickwheel.workers.cli", "--pool", "default"], env=worker_env,
@@ -162,8 +180,8 @@ def _start_workers(env: dict[str, str], count: int, home: Path) -> list[subproce
     return workers
 
 
-async def hot_round(bootstrap: str, n: int, lookahead_ms: int, workers: int = 0) -> dict[str, float]:
-    """One hot instant of n jobs through a processor subprocess (and ``workers`` workers)."""
+async def hot_round(bootstrap: str, n: int, lookahead_ms: int, fleet: Fleet = Fleet()) -> dict[str, float]:
+    """One hot instant of n jobs through a processor subprocess (and the fleet's workers)."""
     home = Path(tempfile.mkdtemp(prefix="tw-hot-"))
     name = f"hot{os.getpid()}x{_now_ms() % 10_000_000}"
     settings = Settings(
@@ -180,8 +198,9 @@ async def hot_round(bootstrap: str, n: int, lookahead_ms: int, workers: int = 0)
         [sys.executable, "-m", "tickwheel", "processor"], env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    fleet = _start_workers(env, workers, home)
+    workers = _start_workers(env, fleet, n, home)
     starts: dict[str, int] = {}
+    workers_cpu_s = float("nan")
     try:
         # Far enough ahead that registration and its absorption finish before the window
         # in which the processor may dispatch (T - lookahead).
@@ -191,16 +210,18 @@ async def hot_round(bootstrap: str, n: int, lookahead_ms: int, workers: int = 0)
             await asyncio.sleep(0.5)
         absorbed_at = _now_ms()
         cpu_before = _cpu_seconds(processor.pid)
+        workers_cpu_before = sum(_cpu_seconds(w.pid) for w in workers)
         if absorbed_at > instant - lookahead_ms:
             say(f"  warning: registration absorbed {absorbed_at - instant + lookahead_ms} ms into the window")
         seen = await _collect_run_dues(settings, n, timeout_s=n / 500 + 120)
         cpu_s = _cpu_seconds(processor.pid) - cpu_before
         if workers:
             starts = await _collect_starts(settings, n, timeout_s=n / 200 + 120)
+            workers_cpu_s = sum(_cpu_seconds(w.pid) for w in workers) - workers_cpu_before
     finally:
-        for proc in (processor, *fleet):
+        for proc in (processor, *workers):
             proc.terminate()
-        for proc in (processor, *fleet):
+        for proc in (processor, *workers):
             proc.wait(timeout=30)
     if len(seen) < n:
         raise RuntimeError(f"only {len(seen)} of {n} RunDue committed")
@@ -222,23 +243,25 @@ async def hot_round(bootstrap: str, n: int, lookahead_ms: int, workers: int = 0)
         "start_max_ms": float(max(start_lags)),
         "registration_rate": registration_rate,
         "cpu_us_per_run": cpu_s / n * 1e6,
+        "worker_cpu_us_per_run": workers_cpu_s / n * 1e6,
     }
 
 
 async def _main_async(
-    n: int, rounds: int, lookahead_ms: int, bootstrap: str, workers: int
+    n: int, rounds: int, lookahead_ms: int, bootstrap: str, fleet: Fleet
 ) -> BenchResult:
+    workers = fleet.workers
     work = Workload(records=50_000)
     cases: dict[str, Callable[[], Awaitable[dict[str, float]]]] = {
         RAW_LIMIT_LABEL: lambda: raw_txn_produce(bootstrap, work),
-        "hot instant, no look-ahead": lambda: hot_round(bootstrap, n, 0, workers),
+        "hot instant, no look-ahead": lambda: hot_round(bootstrap, n, 0, fleet),
         f"hot instant, look-ahead {lookahead_ms // 1000} s": lambda: hot_round(
-            bootstrap, n, lookahead_ms, workers
+            bootstrap, n, lookahead_ms, fleet
         ),
     }
     results = await run_rounds_async(cases, rounds)
     limit = results[RAW_LIMIT_LABEL]["rate"].median
-    rows = [[RAW_LIMIT_LABEL, f"{limit:,.0f}", "1.00", "", "", "", "", "", ""]]
+    rows = [[RAW_LIMIT_LABEL, f"{limit:,.0f}", "1.00", "", "", "", "", "", "", ""]]
     for name, metrics in results.items():
         if name == RAW_LIMIT_LABEL:
             continue
@@ -249,24 +272,29 @@ async def _main_async(
             f"{metrics['lag_max_ms'].median:,.0f}",
             _start_cell(metrics) if workers else "not measured",
             f"{metrics['cpu_us_per_run'].median:,.0f}",
+            f"{metrics['worker_cpu_us_per_run'].median:,.0f}" if workers else "",
             f"{metrics['registration_rate'].median:,.0f}",
         ])
     table = format_table(
         ["case", "RunDue/s (median)", "x raw txn limit", "commit lag p50 ms", "commit lag p99 ms",
-         "commit lag max ms", "start lag p50/p99/max ms", "processor CPU µs/run", "register jobs/s"],
+         "commit lag max ms", "start lag p50/p99/max ms", "processor CPU µs/run", "workers' CPU µs/run",
+         "register jobs/s"],
         rows,
     )
     return BenchResult(
         name="hot-instant",
         title=f"Hot instant of {n:,} one-time jobs, {PARTITIONS} partitions, one processor process"
-        + (f", {workers} worker processes" if workers else ""),
-        params={"jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms, "workers": workers},
+        + (f", {workers} worker processes of {fleet.concurrency:,} executions" if workers else ""),
+        params={"jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms, "workers": workers,
+                "worker_concurrency": fleet.concurrency},
         table=table,
         notes=(
             "lag = RunDue commit timestamp - due instant, clamped at 0 (look-ahead commits early);"
             " medians over rounds",
             "processor CPU µs/run = the processor's user+system CPU from registration absorbed to"
             " the last RunDue, per run: its cost, independent of what else loads the machine",
+            "workers' CPU µs/run = all workers' CPU from registration absorbed to the last start, per"
+            " run (outcome reports overlapping the starts included)",
         ),
     )
 
@@ -280,11 +308,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, help="jobs due at the instant (default 100,000; quick 10,000)")
     parser.add_argument("--lookahead-ms", type=int, default=30_000)
     parser.add_argument("--workers", type=int, default=0, help="worker processes: also measure lag to start")
+    parser.add_argument(
+        "--worker-concurrency", type=int, default=DEFAULT_WORKER_CONCURRENCY,
+        help=f"executions in flight per worker (default {DEFAULT_WORKER_CONCURRENCY:,})",
+    )
     args = parser.parse_args(argv)
     n = args.jobs or (10_000 if args.quick else 100_000)
     rounds = args.rounds or (1 if args.quick else 3)
     with bench_broker(args.bootstrap) as broker:
-        result = asyncio.run(_main_async(n, rounds, args.lookahead_ms, broker.bootstrap, args.workers))
+        fleet = Fleet(args.workers, args.worker_concurrency)
+        result = asyncio.run(_main_async(n, rounds, args.lookahead_ms, broker.bootstrap, fleet))
     emit(result, args)
     return 0
 
