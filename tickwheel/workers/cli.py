@@ -43,12 +43,14 @@ def run_cli(args: argparse.Namespace) -> int:
     from aiokafka.errors import KafkaConnectionError
 
     from tickwheel.cli import CliError
+    from tickwheel.gctune import tune_gc
     from tickwheel.logs import configure_logging
     from tickwheel.settings import load
     from tickwheel.workers.worker import Worker
 
     configure_logging()
     settings = load()
+    tune_gc()
     try:
         config = WorkerConfig.from_env(
             pools=tuple(args.pools) if args.pools else None,
