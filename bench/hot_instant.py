@@ -1,8 +1,9 @@
 """Hot instant: N one-time jobs due at the same instant, through the real processor.
 
 Each round registers N jobs due at one instant T, runs the scheduler processor as its own
-process (as in production: it gets a core of its own), waits until every RunDue is
-committed, and measures from the committed ``runs`` records:
+process (as in production: it gets a core of its own; ``--processors P`` runs P of them in
+one group, splitting the partitions), waits until every RunDue is committed, and measures
+from the committed ``runs`` records:
 
 * dispatch rate: N / (last RunDue's commit - first RunDue's commit), RunDue/s;
 * lag to commit: a RunDue's record timestamp (set at append, just before the commit) minus
@@ -157,8 +158,9 @@ DEFAULT_WORKER_CONCURRENCY = 1_024
 
 @dataclass(frozen=True, slots=True)
 class Fleet:
-    """The workers of a round: how many, and how many executions each runs at once."""
+    """The processes of a round besides the broker: processors, workers, executions per worker."""
 
+    processors: int = 1
     workers: int = 0
     concurrency: int = DEFAULT_WORKER_CONCURRENCY
 
@@ -180,8 +182,10 @@ def _start_workers(
     return workers
 
 
-async def hot_round(bootstrap: str, n: int, lookahead_ms: int, fleet: Fleet = Fleet()) -> dict[str, float]:
-    """One hot instant of n jobs through a processor subprocess (and the fleet's workers)."""
+async def hot_round(
+    bootstrap: str, n: int, lookahead_ms: int, fleet: Fleet = Fleet(), broker_pid: int | None = None
+) -> dict[str, float]:
+    """One hot instant of n jobs through the fleet's processor and worker subprocesses."""
     home = Path(tempfile.mkdtemp(prefix="tw-hot-"))
     name = f"hot{os.getpid()}x{_now_ms() % 10_000_000}"
     settings = Settings(
@@ -194,10 +198,13 @@ async def hot_round(bootstrap: str, n: int, lookahead_ms: int, fleet: Fleet = Fl
         "TICKWHEEL_PARTITIONS": str(PARTITIONS), "TICKWHEEL_APP_ID": name, "TICKWHEEL_HOME": str(home),
         "TICKWHEEL_LOOKAHEAD_MS": str(lookahead_ms), "TICKWHEEL_LOG_LEVEL": "WARNING",
     }
-    processor = subprocess.Popen(  # noqa: ASYNC220 - started once per round, not on a hot path
-        [sys.executable, "-m", "tickwheel", "processor"], env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    processors = [
+        subprocess.Popen(  # noqa: ASYNC220 - started once per round, not on a hot path
+            [sys.executable, "-m", "tickwheel", "processor"], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for _ in range(fleet.processors)
+    ]
     workers = _start_workers(env, fleet, n, home)
     starts: dict[str, int] = {}
     workers_cpu_s = float("nan")
@@ -209,19 +216,21 @@ async def hot_round(bootstrap: str, n: int, lookahead_ms: int, fleet: Fleet = Fl
         while await _count(settings, "job-events") < n:  # noqa: ASYNC110 - polling the broker
             await asyncio.sleep(0.5)
         absorbed_at = _now_ms()
-        cpu_before = _cpu_seconds(processor.pid)
+        cpu_before = sum(_cpu_seconds(p.pid) for p in processors)
+        broker_cpu_before = _cpu_seconds(broker_pid) if broker_pid else float("nan")
         workers_cpu_before = sum(_cpu_seconds(w.pid) for w in workers)
         if absorbed_at > instant - lookahead_ms:
             say(f"  warning: registration absorbed {absorbed_at - instant + lookahead_ms} ms into the window")
         seen = await _collect_run_dues(settings, n, timeout_s=n / 500 + 120)
-        cpu_s = _cpu_seconds(processor.pid) - cpu_before
+        cpu_s = sum(_cpu_seconds(p.pid) for p in processors) - cpu_before
+        broker_cpu_s = (_cpu_seconds(broker_pid) if broker_pid else float("nan")) - broker_cpu_before
         if workers:
             starts = await _collect_starts(settings, n, timeout_s=n / 200 + 120)
             workers_cpu_s = sum(_cpu_seconds(w.pid) for w in workers) - workers_cpu_before
     finally:
-        for proc in (processor, *workers):
+        for proc in (*processors, *workers):
             proc.terminate()
-        for proc in (processor, *workers):
+        for proc in (*processors, *workers):
             proc.wait(timeout=30)
     if len(seen) < n:
         raise RuntimeError(f"only {len(seen)} of {n} RunDue committed")
@@ -244,24 +253,27 @@ async def hot_round(bootstrap: str, n: int, lookahead_ms: int, fleet: Fleet = Fl
         "registration_rate": registration_rate,
         "cpu_us_per_run": cpu_s / n * 1e6,
         "worker_cpu_us_per_run": workers_cpu_s / n * 1e6,
+        "broker_cpu_us_per_run": broker_cpu_s / n * 1e6,
     }
 
 
 async def _main_async(
-    n: int, rounds: int, lookahead_ms: int, bootstrap: str, fleet: Fleet
+    n: int, rounds: int, lookahead_ms: int, bootstrap: str, fleet: Fleet, broker_pid: int | None
 ) -> BenchResult:
     workers = fleet.workers
     work = Workload(records=50_000)
     cases: dict[str, Callable[[], Awaitable[dict[str, float]]]] = {
-        RAW_LIMIT_LABEL: lambda: raw_txn_produce(bootstrap, work),
-        "hot instant, no look-ahead": lambda: hot_round(bootstrap, n, 0, fleet),
+        RAW_LIMIT_LABEL: lambda: raw_txn_produce(bootstrap, work, broker_pid),
+        "hot instant, no look-ahead": lambda: hot_round(bootstrap, n, 0, fleet, broker_pid),
         f"hot instant, look-ahead {lookahead_ms // 1000} s": lambda: hot_round(
-            bootstrap, n, lookahead_ms, fleet
+            bootstrap, n, lookahead_ms, fleet, broker_pid
         ),
     }
     results = await run_rounds_async(cases, rounds)
     limit = results[RAW_LIMIT_LABEL]["rate"].median
-    rows = [[RAW_LIMIT_LABEL, f"{limit:,.0f}", "1.00", "", "", "", "", "", "", ""]]
+    raw_broker = _cpu_cell(results[RAW_LIMIT_LABEL], "broker_us")
+    raw_broker = f"{raw_broker} per record" if raw_broker else ""
+    rows = [[RAW_LIMIT_LABEL, f"{limit:,.0f}", "1.00", "", "", "", "", "", "", raw_broker, ""]]
     for name, metrics in results.items():
         if name == RAW_LIMIT_LABEL:
             continue
@@ -273,30 +285,40 @@ async def _main_async(
             _start_cell(metrics) if workers else "not measured",
             f"{metrics['cpu_us_per_run'].median:,.0f}",
             f"{metrics['worker_cpu_us_per_run'].median:,.0f}" if workers else "",
+            _cpu_cell(metrics, "broker_cpu_us_per_run"),
             f"{metrics['registration_rate'].median:,.0f}",
         ])
     table = format_table(
         ["case", "RunDue/s (median)", "x raw txn limit", "commit lag p50 ms", "commit lag p99 ms",
          "commit lag max ms", "start lag p50/p99/max ms", "processor CPU µs/run", "workers' CPU µs/run",
-         "register jobs/s"],
+         "broker CPU µs/run", "register jobs/s"],
         rows,
     )
     return BenchResult(
         name="hot-instant",
-        title=f"Hot instant of {n:,} one-time jobs, {PARTITIONS} partitions, one processor process"
+        title=f"Hot instant of {n:,} one-time jobs, {PARTITIONS} partitions, "
+        + ("one processor process" if fleet.processors == 1 else f"{fleet.processors} processor processes")
         + (f", {workers} worker processes of {fleet.concurrency:,} executions" if workers else ""),
-        params={"jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms, "workers": workers,
+        params={"jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms, "processors": fleet.processors,
+                "workers": workers,
                 "worker_concurrency": fleet.concurrency},
         table=table,
         notes=(
             "lag = RunDue commit timestamp - due instant, clamped at 0 (look-ahead commits early);"
             " medians over rounds",
-            "processor CPU µs/run = the processor's user+system CPU from registration absorbed to"
+            "processor CPU µs/run = the processors' user+system CPU from registration absorbed to"
             " the last RunDue, per run: its cost, independent of what else loads the machine",
             "workers' CPU µs/run = all workers' CPU from registration absorbed to the last start, per"
             " run (outcome reports overlapping the starts included)",
+            "broker CPU µs/run = the broker's CPU over the processor's window, per run (raw row: per"
+            " record); blank when the broker is not this run's own (--bootstrap)",
         ),
     )
+
+
+def _cpu_cell(metrics: dict[str, Any], key: str) -> str:
+    stat = metrics.get(key)
+    return f"{stat.median:,.1f}" if stat is not None and stat.median == stat.median else ""
 
 
 def _start_cell(metrics: dict[str, Any]) -> str:
@@ -307,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_argparser("hot-instant", __doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, help="jobs due at the instant (default 100,000; quick 10,000)")
     parser.add_argument("--lookahead-ms", type=int, default=30_000)
+    parser.add_argument("--processors", type=int, default=1, help="processor processes in the group")
     parser.add_argument("--workers", type=int, default=0, help="worker processes: also measure lag to start")
     parser.add_argument(
         "--worker-concurrency", type=int, default=DEFAULT_WORKER_CONCURRENCY,
@@ -316,8 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     n = args.jobs or (10_000 if args.quick else 100_000)
     rounds = args.rounds or (1 if args.quick else 3)
     with bench_broker(args.bootstrap) as broker:
-        fleet = Fleet(args.workers, args.worker_concurrency)
-        result = asyncio.run(_main_async(n, rounds, args.lookahead_ms, broker.bootstrap, fleet))
+        fleet = Fleet(args.processors, args.workers, args.worker_concurrency)
+        result = asyncio.run(_main_async(n, rounds, args.lookahead_ms, broker.bootstrap, fleet, broker.pid))
     emit(result, args)
     return 0
 
