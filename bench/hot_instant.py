@@ -134,7 +134,7 @@ async def _collect_run_dues(settings: Settings, n: int, timeout_s: float) -> lis
     return seen
 
 
-async def _collect_starts(settings: Settings, n: int, timeout_s: float) -> dict[str, int]:
+async def collect_starts(settings: Settings, n: int, timeout_s: float) -> dict[str, int]:
     """run id -> ``at_ms`` of its first RunStarted, until n runs started or the timeout."""
     started: dict[str, int] = {}
 
@@ -165,7 +165,7 @@ class Fleet:
     concurrency: int = DEFAULT_WORKER_CONCURRENCY
 
 
-def _start_workers(
+def start_workers(
     env: dict[str, str], fleet: Fleet, n: int, home: Path
 ) -> list[subprocess.Popen[bytes]]:
     """The fleet's worker processes of pool default (no-op executor), logs under ``home``."""
@@ -205,7 +205,7 @@ async def hot_round(
         )
         for _ in range(fleet.processors)
     ]
-    workers = _start_workers(env, fleet, n, home)
+    workers = start_workers(env, fleet, n, home)
     starts: dict[str, int] = {}
     workers_cpu_s = float("nan")
     try:
@@ -225,7 +225,7 @@ async def hot_round(
         cpu_s = sum(_cpu_seconds(p.pid) for p in processors) - cpu_before
         broker_cpu_s = (_cpu_seconds(broker_pid) if broker_pid else float("nan")) - broker_cpu_before
         if workers:
-            starts = await _collect_starts(settings, n, timeout_s=n / 200 + 120)
+            starts = await collect_starts(settings, n, timeout_s=n / 200 + 120)
             workers_cpu_s = sum(_cpu_seconds(w.pid) for w in workers) - workers_cpu_before
     finally:
         for proc in (*processors, *workers):

@@ -8,6 +8,8 @@ enough ahead that their absorption is over, and reads every committed RunDue:
 
 * lag to commit = RunDue record timestamp (set at append, just before the commit) - the
   job's due instant, p50/p99/max over the M jobs;
+* lag to worker start = the first RunStarted's ``at_ms`` of each run (``--workers K``
+  worker processes of pool default, no-op executor; 0 skips it) - the due instant;
 * the achieved dispatch rate over the window.
 
 Look-ahead is 0 by default, so every RunDue is decided at or after its instant and the lag
@@ -27,12 +29,14 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer
 
 from bench.common import BenchResult, bench_argparser, bench_broker, emit, format_table, run_rounds_async, say
+from bench.hot_instant import Fleet, collect_starts, start_workers
 from bench.recovery import PARTITIONS, far_due, submit_probe, wait_probe
 from bench.synth import (
     bench_settings,
     collect_run_dues,
     now_ms,
     percentile,
+    processor_env,
     start_processor,
     synth_states,
     write_changelog,
@@ -80,7 +84,7 @@ async def register_stream(settings: Settings, m: int, t0: int, rate: float) -> N
 
 
 async def steady_round(
-    bootstrap: str, jobs: int, rate: float, window_s: float, lookahead_ms: int
+    bootstrap: str, jobs: int, rate: float, window_s: float, lookahead_ms: int, workers: int = 1
 ) -> dict[str, float]:
     home = Path(tempfile.mkdtemp(prefix="tw-steady-"))
     name = f"st{os.getpid()}x{now_ms() % 10_000_000}"
@@ -96,6 +100,8 @@ async def steady_round(
         await submit_probe(settings, "probe-steady", now_ms())
         with (home / "processor.log").open("wb") as log:
             proc = start_processor(settings, log)
+        fleet = start_workers(processor_env(settings, "WARNING"), Fleet(workers=workers), m, home)
+        starts: dict[str, int] = {}
         try:
             await wait_probe(settings, "probe-steady", 120 + jobs / 5_000)
             say("  restored; registering the stream")
@@ -112,9 +118,13 @@ async def steady_round(
                 lambda s: len(s) >= m + 1,
                 (t0 - now_ms()) / 1000 + window_s + 120,
             )
+            if workers:
+                starts = await collect_starts(settings, m + 1, timeout_s=120)
         finally:
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+            for child in (proc, *fleet):
+                os.kill(child.pid, signal.SIGTERM)
+            for child in (proc, *fleet):
+                child.wait(timeout=60)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     stream = [(ts, d) for ts, d in seen if d.job_id.startswith("steady-")]
@@ -122,10 +132,19 @@ async def steady_round(
         raise RuntimeError(f"only {len(stream)} of {m} RunDue committed")
     lags = [float(max(0, ts - d.scheduled_for_ms)) for ts, d in stream]
     commits = [ts for ts, _ in stream]
+    start_lags = [
+        float(max(0, starts[d.run_id] - d.scheduled_for_ms)) for _, d in stream if d.run_id in starts
+    ]
+    if workers and len(start_lags) < m:
+        raise RuntimeError(f"only {len(start_lags)} of {m} runs started by the workers")
+    start_lags = start_lags or [float("nan")]
     return {
         "lag_p50_ms": percentile(lags, 0.50),
         "lag_p99_ms": percentile(lags, 0.99),
         "lag_max_ms": max(lags),
+        "start_p50_ms": percentile(start_lags, 0.50),
+        "start_p99_ms": percentile(start_lags, 0.99),
+        "start_max_ms": max(start_lags),
         "rate": len(stream) / max(0.001, (max(commits) - min(commits)) / 1000),
         **slice_p99(stream, t0),
     }
@@ -147,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=1_000.0, help="jobs falling due per second")
     parser.add_argument("--window-s", type=float, help="seconds of steady due stream (default 60; quick 15)")
     parser.add_argument("--lookahead-ms", type=int, default=0)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes for the lag to start (0: none)"
+    )
     args = parser.parse_args(argv)
     jobs = args.jobs or (50_000 if args.quick else 1_000_000)
     window = args.window_s or (15.0 if args.quick else 60.0)
@@ -156,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             run_rounds_async(
                 {
                     "steady": lambda: steady_round(
-                        broker.bootstrap, jobs, args.rate, window, args.lookahead_ms
+                        broker.bootstrap, jobs, args.rate, window, args.lookahead_ms, args.workers
                     )
                 },
                 rounds,
@@ -173,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             "lag p99 ms",
             "lag max ms",
             "target p99 ms",
+            "start lag p50/p99/max ms",
         ],
         [
             [
@@ -184,23 +207,29 @@ def main(argv: list[str] | None = None) -> int:
                 f"{m['lag_p99_ms'].median:,.0f}",
                 f"{m['lag_max_ms'].median:,.0f}",
                 "250",
+                "/".join(f"{m[k].median:,.0f}" for k in ("start_p50_ms", "start_p99_ms", "start_max_ms"))
+                if args.workers
+                else "not measured",
             ]
         ],
     )
     emit(
         BenchResult(
             name="steady",
-            title=f"Steady due stream through one processor process, {PARTITIONS} partitions",
+            title=f"Steady due stream through one processor process, {PARTITIONS} partitions"
+            + (f", {args.workers} worker process{'es' if args.workers > 1 else ''}" if args.workers else ""),
             params={
                 "jobs": jobs,
                 "rate": args.rate,
                 "window_s": window,
                 "lookahead_ms": args.lookahead_ms,
+                "workers": args.workers,
                 "rounds": rounds,
             },
             table=table,
             notes=(
                 "lag = RunDue commit timestamp - due instant, clamped at 0; tick_ms 100",
+                "start lag = first RunStarted at_ms - due instant, clamped at 0 (no-op executor)",
                 "lag p99 per 10 s of due instants: "
                 + ", ".join(f"{m[k].median:,.0f}" for k in sorted(m) if k.startswith("slice_")),
             ),
