@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     catchup_budget_per_step: int = Field(default=500, ge=1)
     min_interval_ms: int = Field(default=1_000, ge=0)
     state_cache_size: int = Field(default=100_000, ge=0)
+    # Job states an idle tick decodes ahead of their FIRE timers (0: never); see processor.py.
+    state_warm_batch: int = Field(default=256, ge=0)
     transaction_timeout_ms: int = Field(default=60_000, ge=1_000)
     # Static group membership (KIP-345): a processor restarted with the same id takes its
     # partitions back at once instead of waiting out the old member's session. Empty: off.

@@ -21,6 +21,7 @@ class ProcessorMetrics:
     dead_letters: Counter
     run_due_total: Counter
     assigned_partitions: Gauge
+    states_warmed: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> ProcessorMetrics:
@@ -52,5 +53,10 @@ class ProcessorMetrics:
             run_due_total=Counter("tickwheel_run_due", "RunDue records committed", registry=reg),
             assigned_partitions=Gauge(
                 "tickwheel_assigned_partitions", "Partition tasks running in this process", registry=reg
+            ),
+            states_warmed=Counter(
+                "tickwheel_states_warmed",
+                "Job states decoded by idle ticks ahead of their FIRE timers",
+                registry=reg,
             ),
         )

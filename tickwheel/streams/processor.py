@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -174,10 +174,13 @@ class PartitionTask:
         self.metrics = metrics
         self.state = TaskState.CREATED
         self._store = StoreThread(store, f"store-{partition}")
-        self.wheel = TimingWheel(store)
         # Decoded committed states of recently touched jobs: decoding is the dearest part of
         # loading a job, and a hot instant touches the same jobs the look-ahead just loaded.
         self._states = StateCache(settings.state_cache_size)
+        # Jobs whose FIRE timers entered the near wheel, to be warmed into the cache by idle
+        # ticks (see _warm); at most half the cache, so warming never evicts what it warmed.
+        self._to_warm: deque[str] = deque()
+        self.wheel = TimingWheel(store, on_load=self._entered)
         self.producer: AIOKafkaProducer | None = None
         self.cfg = core.CoreConfig(
             misfire_tolerance_ms=settings.misfire_tolerance_ms,
@@ -289,6 +292,7 @@ class PartitionTask:
             if t.kind is TimerKind.FIRE or t.due_ms <= now
         ]
         if not records and not candidates:
+            await self._warm()
             return StepResult(0, 0, 0, 0, 0, committed=True)
         # Steps 1-3
         work = await self._decide(records, candidates, now)
@@ -384,6 +388,47 @@ class PartitionTask:
                 if state is not None:
                     self._states.put(job_id, state)
         return loaded
+
+    def _entered(self, timers: list[Timer]) -> None:
+        """The wheel loaded ``timers`` from the store (store thread or loop): note their jobs."""
+        room = self._states.capacity // 2 - len(self._to_warm) if self.settings.state_warm_batch else 0
+        for timer in timers:
+            if room <= 0:
+                return
+            if timer.kind is TimerKind.FIRE:
+                self._to_warm.append(timer.job_id)
+                room -= 1
+
+    async def _warm(self) -> int:
+        """An idle tick decodes the committed states of jobs whose FIRE timers are near.
+
+        A hot instant of jobs not touched since they were registered would otherwise load
+        and decode every state at the instant, which costs about as much as deciding and
+        writing the run (cold states dispatch at half the rate of cached ones). Before the
+        instant the processor is idle, so it does that work then, ``state_warm_batch`` states
+        per idle tick. The cache holds committed states only, as :meth:`_load` does: what
+        a later step commits replaces them. A state that does not decode is left for the
+        step that needs it, which dead-letters or fails as it would have.
+        """
+        batch = self.settings.state_warm_batch
+        ids: list[str] = []
+        while self._to_warm and len(ids) < batch:
+            job_id = self._to_warm.popleft()
+            if job_id not in self._states:
+                ids.append(job_id)
+        if not ids:
+            return 0
+        raw = await self._store.call(self._store.store.get_many, ids)
+        warmed = 0
+        for job_id, value in raw.items():
+            try:
+                state = mappers.state_from_bytes(value)
+            except CodecError:
+                continue
+            self._states.put(job_id, state)
+            warmed += 1
+        self.metrics.states_warmed.inc(warmed)
+        return warmed
 
     async def _commit(self, work: _Work) -> None:
         """The commit protocol (steps 4-6 of :meth:`step`); see docs/design.md for failures."""
@@ -560,6 +605,10 @@ class StateCache:
 
     def __len__(self) -> int:
         return len(self._data)
+
+    def __contains__(self, job_id: object) -> bool:
+        """Whether ``job_id`` is cached (without making it the most recently used)."""
+        return job_id in self._data
 
 
 class _BatchWriter:

@@ -27,7 +27,7 @@ The wheel is pure apart from the store it reads: time is always an argument.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 
 from tickwheel.streams.store import StateStore
@@ -117,6 +117,8 @@ class TimingWheel:
     ``max_refill`` bounds the timers one :meth:`refill` loads, so that a hot instant of a
     million timers entering the horizon is preloaded over several ticks instead of stalling
     one; ``None`` loads everything at once. :meth:`due` is complete either way.
+    ``on_load`` is told of every batch of timers loaded from the store (those entering the
+    horizon), in the thread that called :meth:`refill` or :meth:`due`.
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class TimingWheel:
         slot_ms: int = 100,
         horizon_ms: int = 60_000,
         max_refill: int | None = None,
+        on_load: Callable[[list[Timer]], None] | None = None,
     ) -> None:
         if slot_ms <= 0 or horizon_ms <= 0 or (max_refill is not None and max_refill <= 0):
             raise ValueError("slot_ms, horizon_ms and max_refill must be positive")
@@ -133,6 +136,7 @@ class TimingWheel:
         self._slot_ms = slot_ms
         self._horizon_ms = horizon_ms
         self._max_refill = _ALL if max_refill is None else max_refill
+        self._on_load = on_load
         self.reset()
 
     def reset(self) -> None:
@@ -212,6 +216,8 @@ class TimingWheel:
         loaded = self._store.timers_from(start, until_ms, limit)
         for timer in loaded:
             self._add(timer)
+        if loaded and self._on_load is not None:
+            self._on_load(loaded)
         if len(loaded) < limit:
             self._mark_ms, self._mark_key = until_ms, None
             # An empty range means a sparse stretch: learn where it ends (one seek), then
