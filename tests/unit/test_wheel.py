@@ -108,6 +108,23 @@ def test_bounded_refill_preloads_a_hot_instant_over_several_ticks() -> None:
     assert wheel.due(60_000) == sorted(hot, key=Timer.key)
 
 
+def test_on_load_is_told_each_timer_entering_memory_from_the_store_once() -> None:
+    """The hook sees what refill and due() load from the store, never what a step adds."""
+    store = MemoryStore()
+    hot = {Timer(60_000, f"job-{i:03d}", F) for i in range(250)}
+    store.apply(StoreBatch({}, hot | {Timer(200_000, "far", F)}, set()))
+    seen: list[Timer] = []
+    wheel = TimingWheel(store, horizon_ms=60_000, max_refill=100, on_load=seen.extend)
+    for now in (0, 1, 101, 201, 301, 301):
+        wheel.refill(now)
+    assert sorted(seen, key=Timer.key) == sorted(hot, key=Timer.key)  # each once, in parts
+    commit(store, wheel, {Timer(30_000, "added", F)}, set())  # a step's timer: already known
+    assert len(seen) == 250
+    wheel.due(200_000)  # past the horizon: loads the gap, and says so
+    assert seen[-1] == Timer(200_000, "far", F)
+    assert len(seen) == 251
+
+
 def test_timer_added_mid_instant_goes_to_the_right_side_of_the_watermark() -> None:
     """While the watermark sits inside an instant, a new timer there lands once either way."""
     store = MemoryStore()
