@@ -299,9 +299,10 @@ async def _main_async(
         title=f"Hot instant of {n:,} one-time jobs, {PARTITIONS} partitions, "
         + ("one processor process" if fleet.processors == 1 else f"{fleet.processors} processor processes")
         + (f", {workers} worker processes of {fleet.concurrency:,} executions" if workers else ""),
-        params={"jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms, "processors": fleet.processors,
-                "workers": workers,
-                "worker_concurrency": fleet.concurrency},
+        params={
+            "jobs": n, "rounds": rounds, "lookahead_ms": lookahead_ms, "processors": fleet.processors,
+            "workers": workers, "worker_concurrency": fleet.concurrency,
+        },
         table=table,
         notes=(
             "lag = RunDue commit timestamp - due instant, clamped at 0 (look-ahead commits early);"
