@@ -22,9 +22,12 @@ whose violation counts a test asserts are all zero (:meth:`CheckResult.problems`
     a run whose effect the idempotent target applied more than once (invariant 3); and
     ``missing_effects``, a run settled SUCCEEDED whose http effect never arrived.
 ``starts_after_cancel``
-    a RunStarted written, or a target call of an attempt not leased before then, for a run
-    of a job after the job's cancel (or delete) acknowledgement was visible to read_committed
-    readers (invariant 4).
+    a run of a job that executed after the job's cancel (or delete) acknowledgement was
+    visible to read_committed readers (invariant 4): a target call of an attempt not leased
+    before then, or a RunStarted written after it by an attempt that then ran (a target call,
+    or an outcome other than its own cancellation). A worker whose cancel check (step 3)
+    preceded the ack may still write its lease after it; its second check (step 5b) then
+    stops it before the executor is called, and that lease alone is no start.
     ``replay verify`` counts starts after the ack's *produce* time instead, which includes
     legitimate starts while the ack's transaction was still open; that count is info.
 ``non_terminal``
@@ -62,10 +65,13 @@ from tickwheel.schemas.model import (
     JobStatus,
     OneTime,
     RunDue,
+    RunFailed,
     RunSettled,
     RunSkipped,
     RunStarted,
     RunStatus,
+    RunSucceeded,
+    RunTimedOut,
     RunTrigger,
     TriggerJob,
     manual_run_id_for,
@@ -401,9 +407,12 @@ def starts_after_cancel(history: History, log: _Log) -> tuple[str, ...]:
     """Leases written, or target calls arriving, after the job's stop ack was readable."""
     acks = _ack_times(history, log)
     job_of = {d.run_id: d.job_id for d in log.events(RunDue)}
+    ran = {(c.run_id, c.attempt) for c in history.target_calls}
+    ran |= {(e.run_id, e.attempt) for _, e in log.outcomes if _ran(e)}
     found: set[str] = set()
     for record, event in log.outcomes:
-        if isinstance(event, RunStarted) and record.timestamp > acks.get(event.job_id, 2**62):
+        late = isinstance(event, RunStarted) and record.timestamp > acks.get(event.job_id, 2**62)
+        if late and (event.run_id, event.attempt) in ran:
             found.add(f"{event.run_id}#{event.attempt} lease at {record.timestamp}")
     leased = {(e.run_id, e.attempt): r.timestamp for r, e in log.outcomes if isinstance(e, RunStarted)}
     for call in history.target_calls:
@@ -414,6 +423,13 @@ def starts_after_cancel(history: History, log: _Log) -> tuple[str, ...]:
         if job_id is not None and call.at_ms > ack and lease_ms > ack:
             found.add(f"{call.run_id}#{call.attempt} call at {call.at_ms} without an earlier lease")
     return tuple(sorted(found))
+
+
+def _ran(event: object) -> bool:
+    """An outcome only an attempt whose executor was called reports."""
+    if isinstance(event, RunSucceeded | RunTimedOut):
+        return True
+    return isinstance(event, RunFailed) and event.error_class != "Cancelled"
 
 
 def _ack_times(history: History, log: _Log) -> dict[str, int]:

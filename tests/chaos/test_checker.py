@@ -17,9 +17,11 @@ from tickwheel.schemas.model import (
     JobStatus,
     OneTime,
     RunDue,
+    RunFailed,
     RunSettled,
     RunStarted,
     RunStatus,
+    RunSucceeded,
     RunTrigger,
     run_id_for,
 )
@@ -89,6 +91,7 @@ def test_a_known_bad_history_is_reported_in_every_column() -> None:
     ack = JobChanged("b", "cancel-b", 1, JobStatus.CANCELLED, "cancelled", "", T + 50)
     log.add("job-events", ack, T + 50)
     log.add("outcomes", RunStarted(run_id_for("b", T), "b", 1, "w", T + 5_000, T + 90), T + 90)
+    log.add("outcomes", RunSucceeded(run_id_for("b", T), "b", 1, "w", T + 95, ""), T + 95)  # it ran
     log.add("runs", _due("ghost", attempt=2))  # a retry of a run never dispatched
     aborted = Seen(P + "runs", 0, 99, b"aborted", T)
     calls = (
@@ -104,6 +107,34 @@ def test_a_known_bad_history_is_reported_in_every_column() -> None:
     }
     assert list(result.duplicates) == [(run_id_for("a", T), 1)]
     assert result.lost == (f"lost@{T} ({run_id_for('lost', T)})",)
+
+
+def test_a_lease_after_the_cancel_ack_is_a_start_only_if_the_attempt_then_ran() -> None:
+    """A worker whose cancel check preceded the ack may write its lease after it; stopped by
+    its second check before the call, it reports itself cancelled: no start. Called, it is."""
+    def history(
+        *after_lease: tuple[RunFailed | RunSucceeded, int], calls: tuple[TargetCall, ...] = ()
+    ) -> History:
+        log = _clean_log()
+        log.add("job-events", JobAccepted("b", "c-b", 1, SPEC, T - 9_000), T - 9_000)
+        log.add("runs", _due("b"))
+        ack = JobChanged("b", "cancel-b", 1, JobStatus.CANCELLED, "cancelled", "", T + 50)
+        log.add("job-events", ack, T + 50)
+        log.add("outcomes", RunStarted(run_id_for("b", T), "b", 1, "w", T + 5_000, T + 40), T + 90)
+        for event, at in after_lease:
+            log.add("outcomes", event, at)
+        return _history(log, target_calls=calls)
+
+    stopped = RunFailed(run_id_for("b", T), "b", 1, "w", T + 95, False, "Cancelled", "cancelled")
+    assert starts_after_cancel_of(history((stopped, T + 95))) == ()
+    ran = RunSucceeded(run_id_for("b", T), "b", 1, "w", T + 95, "")
+    assert len(starts_after_cancel_of(history((ran, T + 95)))) == 1
+    call = TargetCall(run_id_for("b", T), "key-b", 1, T + 93, True, 200)
+    assert len(starts_after_cancel_of(history((stopped, T + 95), calls=(call,)))) == 2  # lease and call
+
+
+def starts_after_cancel_of(history: History) -> tuple[str, ...]:
+    return check(history, replay=False).starts_after_cancel
 
 
 def test_a_store_that_differs_from_the_changelog_is_a_state_mismatch() -> None:

@@ -66,14 +66,17 @@ class FakeSink:
 class FakePool:
     pool = "default"
 
-    def __init__(self, may_start: bool = True) -> None:
+    def __init__(self, may_start: bool = True, *, cancelled_after_lease: bool = False) -> None:
         self.team_gate = TeamGate({})
         self.team_gate.set_assignment(1, 1)
         self._may_start = may_start
+        self._cancelled_after_lease = cancelled_after_lease
         self.log: list[str] = []
 
     async def may_start(self, run: ActiveRun) -> bool:
         self.log.append("checked")
+        if self._cancelled_after_lease and "acked" in self.log:
+            return False  # a cancel committed while the RunStarted was being written
         return self._may_start
 
     def mark_started(self, run: ActiveRun) -> None:
@@ -157,7 +160,7 @@ async def test_lease_is_acked_before_the_call_and_one_outcome_follows() -> None:
     task = await _drive(driver, run)
     await Gate.entered.wait()
     assert sink.kinds() == ["RunStarted"]
-    assert pool.log == ["checked", "marked", "acked"]
+    assert pool.log == ["checked", "marked", "acked", "checked"]
     Gate.release.set()
     await task
     assert sink.kinds() == ["RunStarted", "LogChunk", "RunSucceeded"]
@@ -195,6 +198,24 @@ async def test_cancel_rule_refusal_starts_nothing() -> None:
     assert sink.events == []
     assert run.phase is RunPhase.DROPPED
     assert "marked" not in pool.log
+
+
+async def test_a_cancel_committed_while_the_lease_is_written_stops_the_run_before_the_call() -> None:
+    """Fault: the cancel commits after step 3's LSO but before RunStarted is written (the race
+    the chaos suite found). Checker: the second cancel rule, after the ack, sees it; the
+    executor is never called and the attempt reports itself cancelled."""
+    sink, time, pool = FakeSink(), FakeTime(), FakePool(cancelled_after_lease=True)
+    driver = _setup(sink, time, pool)
+    run = _run()
+    await asyncio.wait_for(await _drive(driver, run), 5)
+    assert not Gate.entered.is_set()
+    assert pool.log == ["checked", "marked", "acked", "checked"]
+    assert sink.kinds() == ["RunStarted", "RunFailed"]
+    failed = sink.events[-1]
+    assert isinstance(failed, RunFailed)
+    assert failed.error_class == "Cancelled"
+    assert not failed.retryable
+    assert run.phase is RunPhase.DONE
 
 
 async def test_lost_lease_stops_the_execution_and_reports_nothing() -> None:
@@ -307,7 +328,7 @@ async def test_the_executor_is_not_called_before_the_lease_is_acknowledged() -> 
     assert "acked" not in pool.log
     sink.acks[0].set_result(None)
     await asyncio.wait_for(Gate.entered.wait(), 5)
-    assert pool.log == ["checked", "marked", "acked"]
+    assert pool.log == ["checked", "marked", "acked", "checked"]
     Gate.release.set()
     await asyncio.wait_for(task, 5)
 

@@ -14,7 +14,11 @@
    for a DUE attempt from any worker).
 5. Lease: send RunStarted and wait for the ack; no ack, no execution. The attempt is
    marked started *before* sending, so a redelivery never starts it twice here; its offset
-   becomes committable once acked.
+   becomes committable once acked. Then the cancel rule once more (5b): a cancel committed
+   between step 3's LSO and the RunStarted is read now, and the executor is not called (the
+   attempt reports itself cancelled, as when a cancel arrives during execution). Step 3
+   alone leaves that window open: the chaos suite's cancel race found a lease written after
+   the cancel's acknowledgement.
 6. Execute with heartbeats, until the first of: the executor finishes, the job's timeout,
    a RunCancelled / shutdown request, or the lease cannot be renewed.
 7. Report, after giving the slots back (they bound executions; holding them across the
@@ -343,6 +347,11 @@ class RunDriver:
         self.pool.lease_acked(run)
         self._metric(self.s.metrics.runs_started, self.pool.pool).inc()
         run.advance(RunPhase.RUNNING)
+        # Step 5b: the cancel rule once more, as of a moment after the lease is on the broker.
+        # A cancel acknowledged before the RunStarted was written is now certainly read, so
+        # the executor is never called after a cancel's ack, however long steps 3-5 took.
+        if not await self.pool.may_start(run):
+            run.request_stop(StopKind.CANCELLED, "cancelled while the lease was being written")
         keeper = LeaseKeeper(
             policy, lease, renew=self._heartbeat_sender(run), clock=self.s.clock, sleep=self.s.sleep
         )
