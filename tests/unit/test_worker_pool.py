@@ -16,6 +16,7 @@ from tickwheel.schemas.model import (
     Outcome,
     RunCancelled,
     RunDue,
+    RunFailed,
     RunStarted,
     RunSucceeded,
     RunTrigger,
@@ -145,6 +146,59 @@ async def test_cancel_read_before_the_lso_prevents_the_start() -> None:
     assert sink.events == []
     await runner._commit()
     assert consumer.committed == {TP: 3}
+
+
+class MovingLso(FakeConsumer):
+    """Answers each LSO request with the next value: what the broker saw at each moment."""
+
+    def __init__(self, *answers: int) -> None:
+        super().__init__()
+        self.answers = list(answers)
+
+    async def end_offsets(self, tps: list[Any]) -> dict[Any, int]:
+        self.lso = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return await super().end_offsets(tps)
+
+
+def _moving_runner(*answers: int) -> tuple[PoolRunner, MovingLso, Sink]:
+    runner, _, sink = _runner()
+    consumer = MovingLso(*answers)
+    runner.consumer = runner.offsets_client = consumer
+    return runner, consumer, sink
+
+
+async def test_a_cancel_committed_between_the_check_and_the_lease_stops_the_call() -> None:
+    """Fault: the LSO is 1 at the first check (RunDue only) and 3 after the lease (a
+    RunCancelled and its marker committed meanwhile). Checker: the second check waits for
+    the partition up to 3, reads the cancel, and the executor is never called."""
+    runner, consumer, sink = _moving_runner(1, 3)
+    await _feed(runner, consumer, 0, _due("r-1"), position=1)
+    async with asyncio.timeout(5):
+        await sink.sent.wait()
+    run = runner.live[("r-1", 1)]
+    await asyncio.sleep(0.01)
+    assert [type(e) for e in sink.events] == [RunStarted]  # leased, waiting in the second check
+    await _feed(runner, consumer, 1, RunCancelled("r-1", "job", 1, "cancelled", 1_000), position=3)
+    assert run.task is not None
+    await asyncio.wait_for(run.task, 5)
+    assert [type(e) for e in sink.events] == [RunStarted, RunFailed]
+    failed = sink.events[-1]
+    assert isinstance(failed, RunFailed)
+    assert failed.error_class == "Cancelled"
+
+
+async def test_a_leased_run_whose_partition_is_revoked_during_the_second_check_goes_on() -> None:
+    """The partition moves away while a leased run waits to read it: the run executes (as it
+    would have without the second check) instead of waiting, without heartbeats, forever."""
+    runner, consumer, sink = _moving_runner(1, 3)
+    await _feed(runner, consumer, 0, _due("r-1"), position=1)
+    async with asyncio.timeout(5):
+        await sink.sent.wait()
+    run = runner.live[("r-1", 1)]
+    await runner.on_revoked({TP})
+    assert run.task is not None
+    await asyncio.wait_for(run.task, 5)
+    assert [type(e) for e in sink.events] == [RunStarted, RunSucceeded]
 
 
 async def test_redelivered_attempt_is_ignored_and_other_pools_skipped() -> None:

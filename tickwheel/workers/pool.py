@@ -278,7 +278,12 @@ class PoolRunner:
     # -- what a run asks of its pool (PoolPort) ---------------------------------------------
 
     async def may_start(self, run: ActiveRun) -> bool:
-        """The cancel rule: read ``run``'s partition up to its LSO as of now, then look for a cancel."""
+        """The cancel rule: read ``run``'s partition up to its LSO as of now, then look for a cancel.
+
+        A leased run (the second check, step 5b) whose partition is taken away meanwhile can
+        be checked no further here: it goes on, as it would have without that check, rather
+        than wait without heartbeats for a partition that may never come back.
+        """
         self._checking += 1
         try:
             lso = await self._last_stable_offset(run)
@@ -286,6 +291,7 @@ class PoolRunner:
                 lambda: (
                     run.stop_requested.is_set()
                     or (run.tp in self.owned and self.positions.get(run.tp, -1) >= lso)
+                    or (run.phase is RunPhase.RUNNING and run.tp not in self.owned)
                 )
             )
         finally:
