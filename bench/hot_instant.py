@@ -28,6 +28,7 @@ overlap the starts).
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import subprocess
 import sys
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from bench.common import (
     RAW_LIMIT_LABEL,
@@ -49,26 +50,19 @@ from bench.common import (
     emit,
     format_ratio,
     format_table,
+    proc_cpu_seconds,
     raw_txn_produce,
     run_rounds_async,
     say,
 )
+from bench.synth import collect_run_dues, committed_count, now_ms, percentile
 from tickwheel.client import CommandClient
 from tickwheel.schemas import mappers
-from tickwheel.schemas.model import CommandMeta, CreateJob, ExecutorSpec, JobSpec, OneTime, RunDue, RunStarted
+from tickwheel.schemas.model import CommandMeta, CreateJob, ExecutorSpec, JobSpec, OneTime, RunStarted
 from tickwheel.settings import Settings
 from tickwheel.topics import create_topics
 
 PARTITIONS = 4
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 async def _register(settings: Settings, n: int, instant: int) -> float:
@@ -78,24 +72,11 @@ async def _register(settings: Settings, n: int, instant: int) -> float:
     async with CommandClient(settings, principal="bench") as client:
         for first in range(0, n, 5_000):
             commands = [
-                CreateJob(CommandMeta(f"c-hot-{i}", f"hot-{i:07d}", _now_ms(), "bench"), spec)
+                CreateJob(CommandMeta(f"c-hot-{i}", f"hot-{i:07d}", now_ms(), "bench"), spec)
                 for i in range(first, min(n, first + 5_000))
             ]
             await client.submit_many(commands)  # type: ignore[arg-type]
     return n / (time.perf_counter() - started)
-
-
-async def _count(settings: Settings, topic: str) -> int:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, isolation_level="read_committed"
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
-        ends = await consumer.end_offsets(tps)
-        return sum(ends.values())
-    finally:
-        await consumer.stop()
 
 
 async def _tail(
@@ -121,19 +102,6 @@ async def _tail(
         await consumer.stop()
 
 
-async def _collect_run_dues(settings: Settings, n: int, timeout_s: float) -> list[tuple[int, RunDue]]:
-    """(commit timestamp, RunDue) of the first n RunDue committed, read as they arrive."""
-    seen: list[tuple[int, RunDue]] = []
-
-    def take(record: Any) -> None:
-        event = mappers.run_event_from_bytes(record.value)
-        if isinstance(event, RunDue):
-            seen.append((record.timestamp, event))
-
-    await _tail(settings, "runs", lambda: len(seen) >= n, timeout_s, take)
-    return seen
-
-
 async def collect_starts(settings: Settings, n: int, timeout_s: float) -> dict[str, int]:
     """run id -> ``at_ms`` of its first RunStarted, until n runs started or the timeout."""
     started: dict[str, int] = {}
@@ -147,10 +115,14 @@ async def collect_starts(settings: Settings, n: int, timeout_s: float) -> dict[s
     return started
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU the process has used: its cost, whatever else loads the machine."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_seconds(*procs: subprocess.Popen[bytes]) -> float:
+    """User + system CPU the processes have used: their cost, whatever else loads the machine."""
+    return sum(proc_cpu_seconds(proc.pid) or 0.0 for proc in procs)
+
+
+def _broker_cpu_seconds(pid: int | None) -> float:
+    """The broker's CPU, when it is this run's own (NaN otherwise: not measured)."""
+    return (proc_cpu_seconds(pid) or 0.0) if pid else math.nan
 
 
 DEFAULT_WORKER_CONCURRENCY = 1_024
@@ -187,7 +159,7 @@ async def hot_round(
 ) -> dict[str, float]:
     """One hot instant of n jobs through the fleet's processor and worker subprocesses."""
     home = Path(tempfile.mkdtemp(prefix="tw-hot-"))
-    name = f"hot{os.getpid()}x{_now_ms() % 10_000_000}"
+    name = f"hot{os.getpid()}x{now_ms() % 10_000_000}"
     settings = Settings(
         bootstrap_servers=bootstrap, topic_prefix=f"{name}.", partitions=PARTITIONS, app_id=name,
         home=home, lookahead_ms=lookahead_ms,
@@ -211,22 +183,22 @@ async def hot_round(
     try:
         # Far enough ahead that registration and its absorption finish before the window
         # in which the processor may dispatch (T - lookahead).
-        instant = _now_ms() + lookahead_ms + 15_000 + n // 2
+        instant = now_ms() + lookahead_ms + 15_000 + n // 2
         registration_rate = await _register(settings, n, instant)
-        while await _count(settings, "job-events") < n:  # noqa: ASYNC110 - polling the broker
+        while await committed_count(settings, "job-events") < n:  # noqa: ASYNC110 - polling the broker
             await asyncio.sleep(0.5)
-        absorbed_at = _now_ms()
-        cpu_before = sum(_cpu_seconds(p.pid) for p in processors)
-        broker_cpu_before = _cpu_seconds(broker_pid) if broker_pid else float("nan")
-        workers_cpu_before = sum(_cpu_seconds(w.pid) for w in workers)
+        absorbed_at = now_ms()
+        cpu_before = _cpu_seconds(*processors)
+        broker_cpu_before = _broker_cpu_seconds(broker_pid)
+        workers_cpu_before = _cpu_seconds(*workers)
         if absorbed_at > instant - lookahead_ms:
             say(f"  warning: registration absorbed {absorbed_at - instant + lookahead_ms} ms into the window")
-        seen = await _collect_run_dues(settings, n, timeout_s=n / 500 + 120)
-        cpu_s = sum(_cpu_seconds(p.pid) for p in processors) - cpu_before
-        broker_cpu_s = (_cpu_seconds(broker_pid) if broker_pid else float("nan")) - broker_cpu_before
+        seen = await collect_run_dues(settings, lambda s: len(s) >= n, timeout_s=n / 500 + 120)
+        cpu_s = _cpu_seconds(*processors) - cpu_before
+        broker_cpu_s = _broker_cpu_seconds(broker_pid) - broker_cpu_before
         if workers:
             starts = await collect_starts(settings, n, timeout_s=n / 200 + 120)
-            workers_cpu_s = sum(_cpu_seconds(w.pid) for w in workers) - workers_cpu_before
+            workers_cpu_s = _cpu_seconds(*workers) - workers_cpu_before
     finally:
         for proc in (*processors, *workers):
             proc.terminate()
@@ -244,11 +216,11 @@ async def hot_round(
     start_lags = [float(max(0, at - instant)) for at in starts.values()] or [float("nan")]
     return {
         "rate": n / (span_ms / 1000),
-        "lag_p50_ms": _percentile(lags, 0.50),
-        "lag_p99_ms": _percentile(lags, 0.99),
+        "lag_p50_ms": percentile(lags, 0.50),
+        "lag_p99_ms": percentile(lags, 0.99),
         "lag_max_ms": float(max(lags)),
-        "start_p50_ms": _percentile(start_lags, 0.50),
-        "start_p99_ms": _percentile(start_lags, 0.99),
+        "start_p50_ms": percentile(start_lags, 0.50),
+        "start_p99_ms": percentile(start_lags, 0.99),
         "start_max_ms": float(max(start_lags)),
         "registration_rate": registration_rate,
         "cpu_us_per_run": cpu_s / n * 1e6,
@@ -319,7 +291,7 @@ async def _main_async(
 
 def _cpu_cell(metrics: dict[str, Any], key: str) -> str:
     stat = metrics.get(key)
-    return f"{stat.median:,.1f}" if stat is not None and stat.median == stat.median else ""
+    return f"{stat.median:,.1f}" if stat is not None and not math.isnan(stat.median) else ""
 
 
 def _start_cell(metrics: dict[str, Any]) -> str:

@@ -51,8 +51,7 @@ from bench.common import (
     raw_txn_produce,
     run_rounds_async,
 )
-from bench.steady import committed_count
-from bench.synth import bench_settings, now_ms, processor_env, start_processor
+from bench.synth import bench_settings, committed_count, now_ms, processor_env, start_processor
 from tickwheel.client import CommandClient
 from tickwheel.localbroker import free_port
 from tickwheel.schemas import mappers

@@ -26,14 +26,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer
-
 from bench.common import BenchResult, bench_argparser, bench_broker, emit, format_table, run_rounds_async, say
 from bench.hot_instant import Fleet, collect_starts, start_workers
 from bench.recovery import PARTITIONS, far_due, submit_probe, wait_probe
 from bench.synth import (
     bench_settings,
     collect_run_dues,
+    committed_count,
     now_ms,
     percentile,
     processor_env,
@@ -48,20 +47,6 @@ from tickwheel.topics import create_topics
 
 CHUNK = 5_000
 SLICE_MS = 10_000
-
-
-async def committed_count(settings: Settings, topic: str) -> int:
-    from aiokafka import TopicPartition
-
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, isolation_level="read_committed"
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
-        return int(sum((await consumer.end_offsets(tps)).values()))
-    finally:
-        await consumer.stop()
 
 
 async def register_stream(settings: Settings, m: int, t0: int, rate: float) -> None:

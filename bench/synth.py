@@ -207,6 +207,19 @@ async def collect_run_dues(
     return seen
 
 
+async def committed_count(settings: Settings, topic: str) -> int:
+    """Records committed to ``topic`` so far (read_committed end offsets, summed)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers, isolation_level="read_committed"
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
+        return int(sum((await consumer.end_offsets(tps)).values()))
+    finally:
+        await consumer.stop()
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
